@@ -1,0 +1,4 @@
+//! kube-sandbox: an in-memory Kubernetes API server, faithful where kube and kubectl look.
+#![forbid(unsafe_code)]
+
+pub mod schema;

@@ -1,0 +1,1 @@
+//! Structural-schema validation and pruning of custom resources (being written).

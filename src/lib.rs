@@ -1,0 +1,2 @@
+//! myapp-operator: a controller for the `MyApp` custom resource and its admission webhook.
+#![forbid(unsafe_code)]
