@@ -375,6 +375,21 @@ async fn resource(
         warnings: Vec::new(),
     };
     let is_write = !matches!(*method, Method::GET | Method::HEAD);
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if is_write && !body.is_empty() && content_type.contains("protobuf") {
+        // kubectl's typed clientset (create namespace, create configmap, ...) sends protobuf
+        // and does not fall back; the sandbox models JSON only.
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the sandbox API server does not decode {content_type}; send JSON (kubectl apply -f works)"
+            ),
+        ));
+    }
     if is_write {
         if let Some(err) = inner.faults.take_write_fault() {
             return Err(err);

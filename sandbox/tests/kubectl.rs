@@ -1,0 +1,199 @@
+//! The real kubectl over loopback against a served sandbox, with its own HOME and cache dir.
+//!
+//! Skipped (with a printed reason) when kubectl is not on PATH, unless
+//! `SANDBOX_REQUIRE_KUBECTL=1`, which turns a missing kubectl into a failure.
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fixtures::Widget;
+use kube::CustomResourceExt;
+use kube_sandbox::Sandbox;
+
+struct Kubectl {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    /// A kubectl environment for `kubeconfig`, or None (test skipped) when kubectl is missing.
+    fn new(kubeconfig: &str) -> Option<Kubectl> {
+        let found = Command::new("kubectl")
+            .arg("version")
+            .arg("--client")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            if std::env::var("SANDBOX_REQUIRE_KUBECTL").as_deref() == Ok("1") {
+                panic!("kubectl is not on PATH and SANDBOX_REQUIRE_KUBECTL=1");
+            }
+            eprintln!(
+                "skipping: kubectl is not on PATH (set SANDBOX_REQUIRE_KUBECTL=1 to fail instead)"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, kubeconfig).expect("write kubeconfig");
+        Some(Kubectl {
+            dir,
+            kubeconfig: path,
+        })
+    }
+
+    fn file(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, content).expect("write manifest");
+        path
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new("kubectl");
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .arg("--request-timeout=20s")
+            .args(args);
+        tokio::task::spawn_blocking(move || cmd.output().expect("run kubectl"))
+            .await
+            .expect("join kubectl")
+    }
+
+    /// Runs kubectl and returns stdout, failing the test (with stderr) on a non-zero exit.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed\nstdout: {stdout}\nstderr: {stderr}"
+        );
+        stdout
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+fn widget_yaml(name: &str, replicas: i32, message: &str) -> String {
+    format!(
+        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  message: {message}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_gets_and_deletes_custom_resources() {
+    let sandbox = Sandbox::new();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+        return;
+    };
+    let crd = k.file(
+        "crd.json",
+        &serde_json::to_string_pretty(&Widget::crd()).unwrap(),
+    );
+    let out = k.ok(&["apply", "-f", path_str(&crd)]).await;
+    assert!(out.contains("widgets.sandbox.test created"), "{out}");
+
+    // Client-side apply: create, then a merge patch.
+    let w1 = k.file("w1.yaml", &widget_yaml("w1", 1, "hello"));
+    let out = k.ok(&["apply", "-f", path_str(&w1)]).await;
+    assert!(out.contains("widget.sandbox.test/w1 created"), "{out}");
+    let w1 = k.file("w1.yaml", &widget_yaml("w1", 2, "changed"));
+    let out = k.ok(&["apply", "-f", path_str(&w1)]).await;
+    assert!(out.contains("widget.sandbox.test/w1 configured"), "{out}");
+
+    // Get by short name and as YAML.
+    let out = k.ok(&["get", "wd"]).await;
+    assert!(out.contains("w1"), "{out}");
+    let yaml = k.ok(&["get", "widget", "w1", "-o", "yaml"]).await;
+    assert!(yaml.contains("kind: Widget"), "{yaml}");
+    assert!(yaml.contains("message: changed"), "{yaml}");
+    assert!(yaml.contains("colour: blue"), "schema default: {yaml}");
+    assert!(
+        yaml.contains("kubectl.kubernetes.io/last-applied-configuration"),
+        "{yaml}"
+    );
+
+    // Server-side apply.
+    let w2 = k.file("w2.yaml", &widget_yaml("w2", 3, "ssa"));
+    let out = k.ok(&["apply", "--server-side", "-f", path_str(&w2)]).await;
+    assert!(
+        out.contains("widget.sandbox.test/w2 serverside-applied"),
+        "{out}"
+    );
+    let applied = sandbox
+        .faults()
+        .requests()
+        .into_iter()
+        .any(|r| r.verb == "patch" && r.field_manager.as_deref() == Some("kubectl"));
+    assert!(
+        applied,
+        "an apply patch with fieldManager=kubectl was recorded"
+    );
+
+    // The schema rejects a bad spec with the API server's wording.
+    let bad = k.file("bad.yaml", &widget_yaml("bad", -1, "x"));
+    let out = k.run(&["apply", "-f", path_str(&bad)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("spec.replicas"), "{stderr}");
+
+    // Unknown fields fail kubectl's default strict validation.
+    let unknown = k.file(
+        "unknown.yaml",
+        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: u\nspec:\n  replicas: 1\n  message: m\n  bogus: 1\n",
+    );
+    let out = k.run(&["apply", "-f", path_str(&unknown)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("unknown field \"spec.bogus\""), "{stderr}");
+
+    // Delete waits for the object to go (through a watch).
+    let out = k.ok(&["delete", "wd", "w1", "w2"]).await;
+    assert!(out.contains("widget.sandbox.test \"w1\" deleted"), "{out}");
+    let out = k.ok(&["get", "widgets", "-o", "name"]).await;
+    assert!(out.trim().is_empty(), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_manages_built_in_kinds_by_short_name() {
+    let sandbox = Sandbox::new();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+        return;
+    };
+    let cm = k.file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n",
+    );
+    let out = k.ok(&["apply", "-f", path_str(&cm)]).await;
+    assert!(out.contains("configmap/settings created"), "{out}");
+    let cm = k.file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"2\"\n",
+    );
+    let out = k.ok(&["apply", "-f", path_str(&cm)]).await;
+    assert!(out.contains("configmap/settings configured"), "{out}");
+    let out = k
+        .ok(&["get", "cm", "settings", "-o", "jsonpath={.data.a}"])
+        .await;
+    assert_eq!(out, "2");
+    let ns = k.file(
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n",
+    );
+    let out = k.ok(&["apply", "-f", path_str(&ns)]).await;
+    assert!(out.contains("namespace/team created"), "{out}");
+    let out = k.ok(&["get", "ns"]).await;
+    assert!(out.contains("team"), "{out}");
+    let out = k.ok(&["delete", "cm", "settings"]).await;
+    assert!(out.contains("deleted"), "{out}");
+}
