@@ -214,10 +214,11 @@ fn drop_unapplied(
         let other_values: Vec<&Value> = others.iter().filter_map(|o| o.get(key)).collect();
         match config.get(key) {
             Some(new_value) => {
-                if prev_value.is_object() && new_value.is_object() {
-                    if let Some(child) = res.get_mut(key) {
-                        drop_unapplied(child, prev_value, new_value, &other_values, depth + 1);
-                    }
+                if prev_value.is_object()
+                    && new_value.is_object()
+                    && let Some(child) = res.get_mut(key)
+                {
+                    drop_unapplied(child, prev_value, new_value, &other_values, depth + 1);
                 }
             }
             None => {

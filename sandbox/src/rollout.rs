@@ -135,10 +135,10 @@ fn rollout_status(deployment: &Value, generation: i64, failing: bool) -> Value {
                           format!("ReplicaSet \"{rs}\" has timed out progressing.")),
             ],
         });
-        if replicas == 0 {
-            if let Some(m) = status.as_object_mut() {
-                m.remove("unavailableReplicas");
-            }
+        if replicas == 0
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("unavailableReplicas");
         }
         return status;
     }

@@ -344,10 +344,10 @@ async fn resource(
     if rt.namespaced && path.namespace.is_none() && path.name.is_some() {
         return Err(not_found_path());
     }
-    if let Some(sub) = &path.sub {
-        if sub != "status" || !rt.status_subresource {
-            return Err(not_found_path());
-        }
+    if let Some(sub) = &path.sub
+        && (sub != "status" || !rt.status_subresource)
+    {
+        return Err(not_found_path());
     }
     let accept = headers
         .get(header::ACCEPT)
@@ -390,10 +390,8 @@ async fn resource(
             ),
         ));
     }
-    if is_write {
-        if let Some(err) = inner.faults.take_write_fault() {
-            return Err(err);
-        }
+    if is_write && let Some(err) = inner.faults.take_write_fault() {
+        return Err(err);
     }
     let has_name = ctx.path.name.is_some();
     match (method.clone(), has_name) {
@@ -638,12 +636,12 @@ fn crd_status(obj: &Value) -> Value {
 
 /// Side effects of a committed write on other parts of the server.
 fn after_write(ctx: &Ctx, state: &mut StoreState, stored: &Value) {
-    if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
-        if let Ok(crd) = serde_json::from_value::<CustomResourceDefinition>(stored.clone()) {
-            if let Err(e) = state.registry.register_crd(&crd) {
-                tracing::warn!(error = %e.0, "CRD registration failed after validation");
-            }
-        }
+    if ctx.rt.group == "apiextensions.k8s.io"
+        && ctx.rt.plural == "customresourcedefinitions"
+        && let Ok(crd) = serde_json::from_value::<CustomResourceDefinition>(stored.clone())
+        && let Err(e) = state.registry.register_crd(&crd)
+    {
+        tracing::warn!(error = %e.0, "CRD registration failed after validation");
     }
 }
 
@@ -697,10 +695,11 @@ async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
         let suffix: String = uuid::Uuid::new_v4().simple().to_string()[..5].to_string();
         meta.insert("name".into(), json!(format!("{prefix}{suffix}")));
     }
-    if ctx.rt.status_subresource && !(ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty()) {
-        if let Some(m) = obj.as_object_mut() {
-            m.remove("status");
-        }
+    if ctx.rt.status_subresource
+        && !(ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty())
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
     }
     admit(ctx, &mut obj, None)?;
     commit_create(ctx, obj)
@@ -904,10 +903,10 @@ async fn update(ctx: &mut Ctx, mut body: Value) -> Result<(StatusCode, Value), A
         .map(String::from);
     for _ in 0..WRITE_RETRIES {
         let old = read_current(ctx).ok_or_else(|| ApiError::not_found(&ctx.rt, ctx.name()))?;
-        if let Some(rv) = &precondition {
-            if meta_str(&old, "resourceVersion") != Some(rv.as_str()) {
-                return Err(ApiError::conflict(&ctx.rt, ctx.name()));
-            }
+        if let Some(rv) = &precondition
+            && meta_str(&old, "resourceVersion") != Some(rv.as_str())
+        {
+            return Err(ApiError::conflict(&ctx.rt, ctx.name()));
         }
         let mut new = merge_server_fields(ctx, &old, body.clone());
         admit(ctx, &mut new, Some(&old))?;
@@ -1104,26 +1103,24 @@ async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {
     if let Some(uid) = options
         .pointer("/preconditions/uid")
         .and_then(Value::as_str)
+        && meta_str(&current, "uid") != Some(uid)
     {
-        if meta_str(&current, "uid") != Some(uid) {
-            return Err(ApiError::new(
-                409,
-                "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    ctx.rt.qualified(),
-                    meta_str(&current, "uid").unwrap_or("")
-                ),
-            ));
-        }
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                ctx.rt.qualified(),
+                meta_str(&current, "uid").unwrap_or("")
+            ),
+        ));
     }
     if let Some(rv) = options
         .pointer("/preconditions/resourceVersion")
         .and_then(Value::as_str)
+        && meta_str(&current, "resourceVersion") != Some(rv)
     {
-        if meta_str(&current, "resourceVersion") != Some(rv) {
-            return Err(ApiError::conflict(&ctx.rt, &name));
-        }
+        return Err(ApiError::conflict(&ctx.rt, &name));
     }
     if dry_run {
         return Ok(current);
