@@ -164,7 +164,13 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
         let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
         ticker.tick().await;
         loop {
+            // Biased: a close request or the deadline wins over pending events, so a closed
+            // watch never delivers events written after the close.
             tokio::select! {
+                biased;
+                _ = close_rx.changed() => break,
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = tx.closed() => break,
                 changed = rv_rx.changed() => {
                     if changed.is_err() {
                         break;
@@ -199,14 +205,11 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                         }
                     }
                 }
-                _ = close_rx.changed() => break,
-                _ = tokio::time::sleep_until(deadline) => break,
                 _ = ticker.tick(), if bookmarks => {
                     if tx.send(line(&bookmark(cursor, false))).await.is_err() {
                         return;
                     }
                 }
-                _ = tx.closed() => break,
             }
         }
     });
