@@ -197,3 +197,35 @@ async fn kubectl_manages_built_in_kinds_by_short_name() {
     let out = k.ok(&["delete", "cm", "settings"]).await;
     assert!(out.contains("deleted"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dispatched_kubectl_build_applies_and_reads_custom_resources() {
+    // kubectl 1.27 validates with OpenAPI v2, which it only accepts as protobuf: the sandbox
+    // does not serve it, so that build runs with --validate=false (see README).
+    for (minor, validate) in [
+        (27, "--validate=false"),
+        (32, "--validate=strict"),
+        (33, "--validate=strict"),
+    ] {
+        let sandbox = Sandbox::builder().server_minor_version(minor).build();
+        let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+            return;
+        };
+        let crd = k.file(
+            "crd.json",
+            &serde_json::to_string_pretty(&Widget::crd()).unwrap(),
+        );
+        k.ok(&["apply", validate, "-f", path_str(&crd)]).await;
+        let w = k.file("w.yaml", &widget_yaml("w", 1, "hi"));
+        k.ok(&["apply", validate, "-f", path_str(&w)]).await;
+        k.ok(&["apply", validate, "--server-side", "-f", path_str(&w)])
+            .await;
+        let out = k
+            .ok(&["get", "wd", "w", "-o", "jsonpath={.spec.message}"])
+            .await;
+        assert_eq!(out, "hi", "kubectl for 1.{minor}");
+        let out = k.ok(&["delete", "-f", path_str(&w)]).await;
+        assert!(out.contains("deleted"), "kubectl for 1.{minor}: {out}");
+    }
+}
