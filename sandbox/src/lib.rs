@@ -188,6 +188,7 @@ impl Sandbox {
         tracing::info!(%addr, "Sandbox serving");
         Ok(Served {
             addr,
+            faults: self.faults(),
             stop: Some(stop_tx),
             task: Some(task),
         })
@@ -230,6 +231,7 @@ pub fn kubeconfig_for(addr: SocketAddr) -> String {
 /// A sandbox serving on a socket. Dropping it stops the server.
 pub struct Served {
     addr: SocketAddr,
+    faults: FaultHandle,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), Error>>>,
 }
@@ -245,11 +247,13 @@ impl Served {
         kubeconfig_for(self.addr)
     }
 
-    /// Stops accepting connections and waits for open ones to finish.
+    /// Stops accepting connections, ends open watches, and waits for requests in flight.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        // Watches would otherwise keep the graceful shutdown waiting for their timeout.
+        self.faults.close_watches();
         match self.task.take() {
             Some(task) => task.await.map_err(Error::Join)?,
             None => Ok(()),

@@ -87,7 +87,11 @@ impl LabelSelector {
 
     /// Whether an object's labels match.
     pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
+        self.matches_labels(obj.pointer("/metadata/labels"))
+    }
+
+    /// Whether a `metadata.labels` value matches.
+    pub fn matches_labels(&self, labels: Option<&Value>) -> bool {
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => get(k) == Some(v.as_str()),

@@ -19,7 +19,7 @@ use crate::registry::ResourceType;
 use crate::rollout;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{EventType, State as StoreState, finalizers, meta_mut, meta_str, now};
+use crate::store::{Event, EventType, State as StoreState, finalizers, meta_mut, meta_str, now};
 use crate::watch;
 
 /// The API server accepts request bodies up to 3 MiB.
@@ -479,6 +479,25 @@ impl Selectors {
 
     pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    /// The event type a watch with these selectors reports for a logged event, if any: an
+    /// object entering the selection is ADDED, one leaving it DELETED.
+    pub(crate) fn event_type(&self, event: &Event) -> Option<&'static str> {
+        let now = self.matches(&event.object);
+        match (event.kind, &event.previous_labels) {
+            (EventType::Modified, Some(previous)) => {
+                let before = self.fields.matches(&event.object)
+                    && self.labels.matches_labels(Some(previous));
+                match (before, now) {
+                    (true, true) => Some("MODIFIED"),
+                    (false, true) => Some("ADDED"),
+                    (true, false) => Some("DELETED"),
+                    (false, false) => None,
+                }
+            }
+            (kind, _) => now.then_some(kind.as_str()),
+        }
     }
 }
 

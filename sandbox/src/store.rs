@@ -47,6 +47,9 @@ pub struct Event {
     pub namespace: String,
     /// The object after the change (before removal for DELETED, with the new resourceVersion).
     pub object: Value,
+    /// For MODIFIED: the labels before the change (so label-selector watches see an object
+    /// entering or leaving the selection as ADDED or DELETED).
+    pub previous_labels: Option<Value>,
 }
 
 /// Last configuration a field manager applied: (resource, namespace, name, subresource, manager).
@@ -227,11 +230,17 @@ impl State {
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
-        self.objects
+        let previous = self
+            .objects
             .entry(rt.storage())
             .or_default()
             .insert((ns.clone(), name), obj.clone());
-        self.log_event(rv, kind, rt.storage(), ns, obj.clone());
+        let previous_labels = previous.map(|p| {
+            p.pointer("/metadata/labels")
+                .cloned()
+                .unwrap_or(Value::Null)
+        });
+        self.log_event(rv, kind, rt.storage(), ns, obj.clone(), previous_labels);
         obj
     }
 
@@ -242,6 +251,7 @@ impl State {
         resource: Resource,
         namespace: String,
         object: Value,
+        previous_labels: Option<Value>,
     ) {
         self.log.push_back(Arc::new(Event {
             rv,
@@ -249,6 +259,7 @@ impl State {
             resource,
             namespace,
             object,
+            previous_labels,
         }));
         while self.log.len() > self.log_capacity {
             self.log.pop_front();
@@ -335,6 +346,7 @@ impl State {
             res.clone(),
             ns.to_string(),
             obj.clone(),
+            None,
         );
         self.applied
             .retain(|(r, n, nm, _, _), _| !(r == res && n == ns && nm == name));

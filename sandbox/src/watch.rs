@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::server::{Ctx, Selectors, present};
 use crate::status::ApiError;
-use crate::store::{Event, meta_str};
+use crate::store::Event;
 
 /// The API server's default watch length when the client sets no `timeoutSeconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -72,10 +72,14 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     let meta_only = ctx.meta_only;
     let namespace = ctx.path.namespace.clone();
     let storage = rt.storage();
-    let matches = move |e: &Event| {
-        e.resource == storage
-            && namespace.as_deref().is_none_or(|ns| ns == e.namespace)
-            && selectors.matches(&e.object)
+    let selectors = std::sync::Arc::new(selectors);
+    let event_selectors = selectors.clone();
+    let event_type = move |e: &Event| {
+        if e.resource == storage && namespace.as_deref().is_none_or(|ns| ns == e.namespace) {
+            event_selectors.event_type(e)
+        } else {
+            None
+        }
     };
     let render = {
         let rt = rt.clone();
@@ -121,8 +125,10 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                 }
                 match state.events_since(rv) {
                     Ok(events) => {
-                        for e in events.iter().filter(|e| matches(e)) {
-                            first.push(line(&render(e.kind.as_str(), &e.object)));
+                        for e in events.iter() {
+                            if let Some(kind) = event_type(e) {
+                                first.push(line(&render(kind, &e.object)));
+                            }
                         }
                     }
                     Err(expired) => {
@@ -135,14 +141,7 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
             }
             _ => {
                 for obj in state.list(&rt.storage(), ctx.path.namespace.as_deref()) {
-                    let probe = Event {
-                        rv: 0,
-                        kind: crate::store::EventType::Added,
-                        resource: rt.storage(),
-                        namespace: meta_str(obj, "namespace").unwrap_or("").to_string(),
-                        object: obj.clone(),
-                    };
-                    if matches(&probe) {
+                    if selectors.matches(obj) {
                         first.push(line(&render("ADDED", obj)));
                     }
                 }
@@ -181,8 +180,7 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                             Ok(events) => {
                                 let lines: Vec<Bytes> = events
                                     .iter()
-                                    .filter(|e| matches(e))
-                                    .map(|e| line(&render(e.kind.as_str(), &e.object)))
+                                    .filter_map(|e| Some(line(&render(event_type(e)?, &e.object))))
                                     .collect();
                                 cursor = state.rv;
                                 Ok(lines)

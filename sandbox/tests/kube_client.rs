@@ -438,3 +438,69 @@ async fn deleting_a_crd_stops_serving_its_resources() {
     };
     assert_eq!(status.code, 404);
 }
+
+#[tokio::test]
+async fn a_label_selector_watch_sees_objects_enter_and_leave_the_selection() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut events = watcher(cms.clone(), watcher::Config::default().labels("app=web")).boxed();
+    loop {
+        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
+            break;
+        }
+    }
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let label = |v: serde_json::Value| json!({"metadata": {"labels": {"app": v}}});
+    cms.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(label(json!("web"))),
+    )
+    .await
+    .unwrap();
+    cms.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(label(json!("db"))),
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match events.next().await.unwrap().unwrap() {
+            watcher::Event::Apply(o) => seen.push(("apply", o.name_any())),
+            watcher::Event::Delete(o) => seen.push(("delete", o.name_any())),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        [("apply", "c".to_string()), ("delete", "c".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn metadata_watchers_get_partial_object_metadata() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cm.data = Some([("secret".to_string(), "value".to_string())].into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let listed = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].name_any(), "c");
+    let mut stream = kube::runtime::metadata_watcher(cms, watcher::Config::default()).boxed();
+    let mut names = Vec::new();
+    loop {
+        match stream.next().await.unwrap().unwrap() {
+            watcher::Event::InitApply(m) => names.push(m.name_any()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, ["c"]);
+}
