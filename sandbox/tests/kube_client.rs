@@ -493,7 +493,9 @@ async fn metadata_watchers_get_partial_object_metadata() {
     let listed = cms.list_metadata(&ListParams::default()).await.unwrap();
     assert_eq!(listed.items.len(), 1);
     assert_eq!(listed.items[0].name_any(), "c");
-    let mut stream = kube::runtime::metadata_watcher(cms, watcher::Config::default()).boxed();
+    let metadata: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
+    let mut stream = watcher(metadata, watcher::Config::default()).boxed();
     let mut names = Vec::new();
     loop {
         match stream.next().await.unwrap().unwrap() {
