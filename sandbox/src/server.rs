@@ -720,8 +720,43 @@ async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     {
         m.remove("status");
     }
+    let name = meta_str(&obj, "name").unwrap_or("").to_string();
+    if let Some(message) = invalid_name(&ctx.rt, &name) {
+        return Err(ApiError::invalid(
+            &ctx.rt,
+            &name,
+            vec![("metadata.name".into(), "FieldValueInvalid".into(), message)],
+        ));
+    }
     admit(ctx, &mut obj, None)?;
     commit_create(ctx, obj)
+}
+
+/// The API server's name check: an RFC 1123 label for namespaces and services, an RFC 1123
+/// subdomain for everything else.
+fn invalid_name(rt: &ResourceType, name: &str) -> Option<String> {
+    let label_only = rt.group.is_empty() && matches!(rt.plural.as_str(), "namespaces" | "services");
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid_label = |l: &str| {
+        !l.is_empty()
+            && l.chars().all(|c| alnum(c) || c == '-')
+            && l.starts_with(alnum)
+            && l.ends_with(alnum)
+    };
+    if label_only {
+        if name.len() <= 63 && valid_label(name) {
+            return None;
+        }
+        return Some(format!(
+            "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        ));
+    }
+    if name.len() <= 253 && name.split('.').all(valid_label) {
+        return None;
+    }
+    Some(format!(
+        "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    ))
 }
 
 fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
@@ -1202,6 +1237,18 @@ mod tests {
         };
         assert_eq!(p.namespace.as_deref(), Some("ns"));
         assert_eq!(p.sub.as_deref(), Some("status"));
+    }
+
+    #[test]
+    fn names_follow_the_api_servers_rules() {
+        let registry = crate::registry::Registry::builtin();
+        let cm = registry.get("", "v1", "configmaps").unwrap();
+        let svc = registry.get("", "v1", "services").unwrap();
+        assert_eq!(invalid_name(&cm, "a.b-c"), None);
+        assert!(invalid_name(&cm, "Upper").is_some());
+        assert!(invalid_name(&cm, "-lead").is_some());
+        assert!(invalid_name(&svc, "a.b").is_some());
+        assert_eq!(invalid_name(&svc, "web-1"), None);
     }
 
     #[test]

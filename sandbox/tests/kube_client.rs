@@ -506,3 +506,115 @@ async fn metadata_watchers_get_partial_object_metadata() {
     }
     assert_eq!(names, ["c"]);
 }
+
+#[tokio::test]
+async fn status_writes_change_only_status_and_main_writes_keep_the_stored_status() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let mut w = widget("w", 1, "m");
+    w.status = Some(WidgetStatus {
+        observed_replicas: 9,
+    });
+    let created = widgets.create(&PostParams::default(), &w).await.unwrap();
+    assert_eq!(created.status, None, "create drops status");
+
+    let after_status = widgets
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}, "status": {"observed_replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after_status.spec.replicas, 1, "/status ignores spec");
+    assert_eq!(after_status.status.as_ref().unwrap().observed_replicas, 1);
+    assert_eq!(after_status.metadata.generation, Some(1));
+
+    let after_main = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}, "status": {"observed_replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after_main.spec.replicas, 2);
+    assert_eq!(
+        after_main.status.unwrap().observed_replicas,
+        1,
+        "main write keeps status"
+    );
+    assert_eq!(after_main.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn dry_run_persists_nothing() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = cms.create(&pp, &cm).await.unwrap();
+    assert_eq!(answered.metadata.name.as_deref(), Some("c"));
+    assert!(cms.get_opt("c").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependents() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let team: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = team.create(&PostParams::default(), &owner).await.unwrap();
+    let mut dependent = ConfigMap::default();
+    dependent.metadata.name = Some("dependent".into());
+    dependent.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "owner".into(),
+            uid: owner.uid().unwrap(),
+            ..Default::default()
+        },
+    ]);
+    team.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    team.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    let kept = team.get("dependent").await.unwrap();
+    assert!(kept.metadata.owner_references.is_none(), "orphaned");
+
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(namespaces.get_opt("team").await.unwrap().is_none());
+    assert!(team.get_opt("dependent").await.unwrap().is_none());
+    let err = team
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("x".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(s) if s.code == 404));
+}
