@@ -578,20 +578,14 @@ fn evaluate_match_conditions(
     if conditions.is_empty() {
         return Ok(Conditions::Call);
     }
-    let to_cel = |v: Option<&Value>| cel::to_value(v.unwrap_or(&Value::Null));
+    let null = Value::Null;
     let mut context = cel::Context::default().with_all();
-    let variables = [
-        ("object", to_cel(object)),
-        ("oldObject", to_cel(request.old_object.as_ref())),
-        ("request", to_cel(Some(request_json))),
-    ];
-    for (name, value) in variables {
-        let value = value.map_err(|e| Error::EvaluateMatchCondition {
-            condition: name.to_owned(),
-            reason: e.to_string(),
-        })?;
-        context.add_variable_from_value(name, value);
-    }
+    context.add_variable_from_value("object", json_to_cel(object.unwrap_or(&null)));
+    context.add_variable_from_value(
+        "oldObject",
+        json_to_cel(request.old_object.as_ref().unwrap_or(&null)),
+    );
+    context.add_variable_from_value("request", json_to_cel(request_json));
     let mut first_error = None;
     for condition in conditions {
         let outcome = cel::Program::compile(&condition.expression)
@@ -613,6 +607,28 @@ fn evaluate_match_conditions(
         }
     }
     first_error.map_or(Ok(Conditions::Call), Err)
+}
+
+/// JSON as CEL sees Kubernetes objects: integral numbers are `int` (serde would make positive
+/// ones `uint`, and `object.spec.replicas == 2` would then be false).
+fn json_to_cel(value: &Value) -> kube_cel::cel::Value {
+    use kube_cel::cel::Value as Cel;
+    match value {
+        Value::Null => Cel::Null,
+        Value::Bool(b) => Cel::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Cel::Int(i),
+            (None, Some(u)) => Cel::UInt(u),
+            _ => Cel::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Cel::String(Arc::new(s.clone())),
+        Value::Array(items) => Cel::List(Arc::new(items.iter().map(json_to_cel).collect())),
+        Value::Object(map) => Cel::from(
+            map.iter()
+                .map(|(k, v)| (k.clone(), json_to_cel(v)))
+                .collect::<HashMap<String, Cel>>(),
+        ),
+    }
 }
 
 // === Webhooks, mutating and validating alike ===
