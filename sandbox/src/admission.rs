@@ -15,6 +15,10 @@
 //!             Rejection { error: Error, warnings: Vec<String> }>
 //! ```
 //!
+//! or in two phases, so the store can default, prune and schema-validate the mutated object in
+//! between as the real server does (`mutate` then `validate`, same result types; concatenate
+//! their warnings with [`merge_warnings`]).
+//!
 //! [`Rejection::status`] is the `Status` to answer with (its `code` is the HTTP status), and
 //! every warning becomes a `Warning` response header valued [`warning_header_value`], on success
 //! and on rejection alike (kubectl prints both).
@@ -38,6 +42,30 @@
 //!   `admission webhook "<name>" denied the request: <message>`.
 //! - A dry run fails with 400 when a matching webhook has side effects (`Some`/`Unknown`): the
 //!   real server does not call such webhooks and rejects the request instead.
+//!
+//! # Wiring it into the write path
+//!
+//! - CREATE (POST, and server-side apply that creates): `object` is the new object with its
+//!   defaults, `old_object` `None`, `options` a `CreateOptions` (`PatchOptions` for apply).
+//! - UPDATE (PUT, PATCH, also on `/status` with `sub_resource: Some("status")`): `object` is the
+//!   object after the patch, `old_object` the stored one.
+//! - DELETE: `object` `None`, `old_object` the stored object, `options` a `DeleteOptions`.
+//! - Namespaces: `namespace` is the Namespace's own name, as the real server's request info has
+//!   it. `namespace_labels` are the stored namespace's labels (the real server always labels a
+//!   namespace `kubernetes.io/metadata.name: <name>`, and selectors often use it).
+//! - Answer a [`Rejection`] with `status()` as body and its `code` as HTTP status; send the
+//!   warnings as `Warning` headers in both outcomes. With `dry_run`, persist nothing.
+//!
+//! # Not modelled
+//!
+//! - `matchPolicy: Equivalent` conversion: rules see only the request's own group/version.
+//! - `admission.k8s.io/v1beta1` reviews (a webhook accepting only v1beta1 is a failed call).
+//! - `authorizer` in matchConditions (an expression using it fails to evaluate and follows
+//!   failurePolicy).
+//! - Validating webhooks are called one after the other, not in parallel: with several denials
+//!   the first in order is reported, where the real server reports whichever answers first.
+//! - `auditAnnotations` are ignored; there is no audit log.
+//! - A webhook without `caBundle` fails: the real server would trust the system roots.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -131,6 +159,14 @@ pub enum Error {
         /// The failed operation.
         #[source]
         source: json_patch::PatchError,
+    },
+    /// A mutating webhook's patch turned the object into something that is not the same kind.
+    #[error("webhook \"{webhook}\" returned a JSON patch with an invalid result: {reason}")]
+    CheckPatchedObject {
+        /// The webhook's name.
+        webhook: String,
+        /// What is wrong with the result.
+        reason: String,
     },
     /// A matchCondition is not valid CEL or did not evaluate to a boolean.
     #[error("failed to evaluate match condition \"{condition}\": {reason}")]
@@ -866,6 +902,31 @@ fn verify_answer(body: &[u8], uid: &str, mutating: bool) -> Result<Verdict, Erro
     })
 }
 
+/// The real server decodes the patched object into the request's type: it must stay an object
+/// of the same apiVersion and kind.
+fn check_patched(before: Option<&Value>, after: &Value) -> Result<(), String> {
+    if !after.is_object() {
+        return Err("the patched object is not a JSON object".to_owned());
+    }
+    for field in ["apiVersion", "kind"] {
+        let was = before.and_then(|b| b.get(field));
+        if was.is_some() && after.get(field) != was {
+            return Err(format!("the patch changes {field}"));
+        }
+    }
+    Ok(())
+}
+
+/// Warnings of two phases, in order, each once.
+pub fn merge_warnings(mut first: Vec<String>, second: Vec<String>) -> Vec<String> {
+    for warning in second {
+        if !first.contains(&warning) {
+            first.push(warning);
+        }
+    }
+    first
+}
+
 /// The denial a client sees, as `ToStatusErr` builds it.
 fn denial(webhook: &str, status: Option<Status>) -> Error {
     let mut status = status.unwrap_or_default();
@@ -1023,10 +1084,76 @@ impl AdmissionChain {
         services.insert(service, address);
     }
 
-    /// Runs the admission chain for one request. See the module docs for what that involves.
+    /// Runs the whole chain for one request: [`Self::mutate`], then [`Self::validate`] on the
+    /// mutated object. Warnings of both phases are returned together.
+    ///
+    /// The real server validates the mutated object (defaults, schema, pruning) between the two
+    /// phases; a store that does so calls the two phases itself.
     pub async fn admit(
         &self,
         mutating: &[MutatingWebhookConfiguration],
+        validating: &[ValidatingWebhookConfiguration],
+        request: &AdmissionAttributes,
+    ) -> Result<Admitted, Rejection> {
+        let mutated = self.mutate(mutating, request).await?;
+        let mut request = request.clone();
+        request.object = mutated.object;
+        match self.validate(validating, &request).await {
+            Ok(validated) => Ok(Admitted {
+                object: validated.object,
+                warnings: merge_warnings(mutated.warnings, validated.warnings),
+            }),
+            Err(rejection) => Err(Rejection {
+                error: rejection.error,
+                warnings: merge_warnings(mutated.warnings, rejection.warnings),
+            }),
+        }
+    }
+
+    /// The mutating phase: matching mutating webhooks in configuration-name order, each on the
+    /// previous one's result, then one reinvocation round for `reinvocationPolicy: IfNeeded`.
+    /// Returns the mutated object.
+    pub async fn mutate(
+        &self,
+        mutating: &[MutatingWebhookConfiguration],
+        request: &AdmissionAttributes,
+    ) -> Result<Admitted, Rejection> {
+        let mut object = request.object.clone();
+        let mut warnings = Vec::new();
+        if is_exempt_resource(&request.resource) {
+            return Ok(Admitted { object, warnings });
+        }
+        let hooks = Hook::mutating(mutating);
+        let outcome = async {
+            // The object each webhook left behind, to know whom a later change concerns.
+            let mut after_call: Vec<Option<Option<Value>>> = Vec::with_capacity(hooks.len());
+            for hook in &hooks {
+                let called = self
+                    .dispatch(hook, request, &mut object, &mut warnings)
+                    .await?;
+                after_call.push(called.then(|| object.clone()));
+            }
+            // As the real server: IfNeeded webhooks whose output a later webhook changed see the
+            // object once more.
+            for (hook, seen) in hooks.iter().zip(after_call) {
+                if hook.reinvoke_if_needed && seen.is_some_and(|seen| seen != object) {
+                    self.dispatch(hook, request, &mut object, &mut warnings)
+                        .await?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        match outcome {
+            Ok(()) => Ok(Admitted { object, warnings }),
+            Err(error) => Err(Rejection { error, warnings }),
+        }
+    }
+
+    /// The validating phase: matching validating webhooks in configuration-name order, on
+    /// `request.object` as it will be stored. The returned object is `request.object`.
+    pub async fn validate(
+        &self,
         validating: &[ValidatingWebhookConfiguration],
         request: &AdmissionAttributes,
     ) -> Result<Admitted, Rejection> {
@@ -1035,41 +1162,15 @@ impl AdmissionChain {
         if is_exempt_resource(&request.resource) {
             return Ok(Admitted { object, warnings });
         }
-        let outcome = self
-            .run(mutating, validating, request, &mut object, &mut warnings)
-            .await;
-        match outcome {
-            Ok(()) => Ok(Admitted { object, warnings }),
-            Err(error) => Err(Rejection { error, warnings }),
-        }
-    }
-
-    async fn run(
-        &self,
-        mutating: &[MutatingWebhookConfiguration],
-        validating: &[ValidatingWebhookConfiguration],
-        request: &AdmissionAttributes,
-        object: &mut Option<Value>,
-        warnings: &mut Vec<String>,
-    ) -> Result<(), Error> {
-        let mutating = Hook::mutating(mutating);
-        // The object each mutating webhook left behind, to know whom a later change concerns.
-        let mut after_call: Vec<Option<Option<Value>>> = Vec::with_capacity(mutating.len());
-        for hook in &mutating {
-            let called = self.dispatch(hook, request, object, warnings).await?;
-            after_call.push(called.then(|| object.clone()));
-        }
-        // One reinvocation round, as the real server: IfNeeded webhooks whose output a later
-        // webhook changed see the object again.
-        for (hook, seen) in mutating.iter().zip(after_call) {
-            if hook.reinvoke_if_needed && seen.is_some_and(|seen| seen != *object) {
-                self.dispatch(hook, request, object, warnings).await?;
+        for hook in &Hook::validating(validating) {
+            if let Err(error) = self
+                .dispatch(hook, request, &mut object, &mut warnings)
+                .await
+            {
+                return Err(Rejection { error, warnings });
             }
         }
-        for hook in &Hook::validating(validating) {
-            self.dispatch(hook, request, object, warnings).await?;
-        }
-        Ok(())
+        Ok(Admitted { object, warnings })
     }
 
     /// Calls one webhook if it matches; returns whether it was called.
@@ -1137,8 +1238,12 @@ impl AdmissionChain {
                 })?;
             // A DELETE carries no object; patching nothing is the same failure as a bad path.
             let mut patched = object.clone().unwrap_or(Value::Null);
-            json_patch::patch(&mut patched, &patch)
-                .map_err(|source| Error::ApplyPatch { webhook, source })?;
+            json_patch::patch(&mut patched, &patch).map_err(|source| Error::ApplyPatch {
+                webhook: webhook.clone(),
+                source,
+            })?;
+            check_patched(object.as_ref(), &patched)
+                .map_err(|reason| Error::CheckPatchedObject { webhook, reason })?;
             *object = Some(patched);
         }
         Ok(true)
@@ -1654,6 +1759,37 @@ mod tests {
             bare.message.as_deref(),
             Some("admission webhook \"v\" denied the request without explanation")
         );
+    }
+
+    #[test]
+    fn admission_futures_can_run_on_a_multithreaded_server() {
+        // axum handlers need Send futures; this fails to compile otherwise.
+        fn spawnable<F: std::future::Future + Send>(future: F) -> F {
+            future
+        }
+        let chain = AdmissionChain::new();
+        let request = deployment_create();
+        let future = spawnable(chain.admit(&[], &[], &request));
+        let admitted = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+            .unwrap();
+        assert_eq!(admitted.object, request.object);
+    }
+
+    #[test]
+    fn patched_objects_keep_their_kind() {
+        let before = json!({"apiVersion": "v1", "kind": "Service"});
+        assert!(
+            check_patched(
+                Some(&before),
+                &json!({"apiVersion": "v1", "kind": "Service", "x": 1})
+            )
+            .is_ok()
+        );
+        assert!(check_patched(Some(&before), &json!({"apiVersion": "v1", "kind": "Pod"})).is_err());
+        assert!(check_patched(Some(&before), &json!([1])).is_err());
     }
 
     #[test]

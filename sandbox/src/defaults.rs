@@ -311,7 +311,7 @@ pub fn service_cluster_ip(service: &Value) -> Option<Ipv4Addr> {
 
 /// Fills in a `v1` Service's defaults: `type` ClusterIP, `sessionAffinity` None, port `protocol`
 /// TCP and `targetPort` = `port`, and (except for ExternalName) `clusterIP`/`clusterIPs`,
-/// `ipFamilies` [IPv4], `ipFamilyPolicy` SingleStack, `internalTrafficPolicy` Cluster; NodePort
+/// `ipFamilies` `["IPv4"]`, `ipFamilyPolicy` SingleStack, `internalTrafficPolicy` Cluster; NodePort
 /// and LoadBalancer also get `externalTrafficPolicy` Cluster.
 ///
 /// `old` is the stored Service on an update: its cluster IPs are kept when the new object leaves
