@@ -29,7 +29,7 @@
 //! - Matching: `rules` (operations, apiGroups, apiVersions, resources with `*`, `plural/sub`,
 //!   `*/status`; scope), `namespaceSelector` (on the namespace's labels, or the object's own for a
 //!   Namespace), `objectSelector` (on the object's or the old object's labels), and
-//!   `matchConditions` evaluated as CEL (kube-cel) over `object`, `oldObject` and `request`.
+//!   `matchConditions` evaluated as CEL (kube-cel, through kube's `cel` feature) over `object`, `oldObject` and `request`.
 //! - TLS trusts only `clientConfig.caBundle` (rustls, ring). A `service` reference is dialled at
 //!   the address registered for `namespace/name:port` while the certificate is verified for
 //!   `<name>.<namespace>.svc`; a `url` is dialled at its own host. HTTP/1.1, kept-alive
@@ -608,8 +608,8 @@ fn evaluate_match_conditions(
     request: &AdmissionAttributes,
     request_json: &Value,
 ) -> Result<Conditions, Error> {
-    use kube_cel::KubeCelExt as _;
-    use kube_cel::cel;
+    use kube::core::cel::KubeCelExt as _;
+    use kube::core::cel::cel;
 
     if conditions.is_empty() {
         return Ok(Conditions::Call);
@@ -647,8 +647,8 @@ fn evaluate_match_conditions(
 
 /// JSON as CEL sees Kubernetes objects: integral numbers are `int` (serde would make positive
 /// ones `uint`, and `object.spec.replicas == 2` would then be false).
-fn json_to_cel(value: &Value) -> kube_cel::cel::Value {
-    use kube_cel::cel::Value as Cel;
+fn json_to_cel(value: &Value) -> kube::core::cel::cel::Value {
+    use kube::core::cel::cel::Value as Cel;
     match value {
         Value::Null => Cel::Null,
         Value::Bool(b) => Cel::Bool(*b),
