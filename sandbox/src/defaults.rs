@@ -13,6 +13,10 @@
 //!   update keeps the IPs of the stored object).
 //! - [`Defaulter`]: one entry point for the store's write path, dispatching on apiVersion/kind
 //!   and owning the allocator.
+//!
+//! Not modelled: NodePort and health-check node port allocation, dual-stack families, the
+//! `creationTimestamp: null` a real server prints in pod templates, and `status` (`{}` on a new
+//! Deployment, `{loadBalancer: {}}` on a Service), which belongs to the store's status handling.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -153,7 +157,8 @@ pub fn default_pod_spec(spec: &mut Map<String, Value>) {
 
 /// Fills in a container's defaults: `imagePullPolicy` (Always for `:latest` or no tag, else
 /// IfNotPresent), `terminationMessagePath` /dev/termination-log, `terminationMessagePolicy`
-/// File, port `protocol` TCP, probe timings and `httpGet.scheme`, and env `fieldRef.apiVersion`.
+/// File, `resources` {}, port `protocol` TCP, probe timings and `httpGet.scheme`, and env
+/// `fieldRef.apiVersion`.
 pub fn default_container(container: &mut Map<String, Value>) {
     // As the API server: a reference without tag or digest means `:latest`.
     let pull = match container.get("image").and_then(Value::as_str) {
@@ -171,6 +176,9 @@ pub fn default_container(container: &mut Map<String, Value>) {
         json!("/dev/termination-log"),
     );
     set_default(container, "terminationMessagePolicy", json!("File"));
+    // Not a default but what the API server's encoding always emits (a Go struct field that
+    // omitempty cannot drop); typed clients read it back as `Some(ResourceRequirements {})`.
+    set_default(container, "resources", json!({}));
     for port in array_objects(container, "ports") {
         set_default(port, "protocol", json!("TCP"));
     }
@@ -495,6 +503,7 @@ mod tests {
         assert_eq!(c["imagePullPolicy"], "IfNotPresent");
         assert_eq!(c["terminationMessagePath"], "/dev/termination-log");
         assert_eq!(c["terminationMessagePolicy"], "File");
+        assert_eq!(c["resources"], json!({}));
         assert_eq!(c["ports"][0]["protocol"], "TCP");
     }
 
@@ -524,6 +533,28 @@ mod tests {
         assert_eq!(c["imagePullPolicy"], "Never");
         assert_eq!(c["terminationMessagePolicy"], "FallbackToLogsOnError");
         assert_eq!(c["ports"][0]["protocol"], "UDP");
+    }
+
+    #[test]
+    fn defaults_applied_twice_change_nothing_more() {
+        let mut defaulter = Defaulter::new();
+        let mut d =
+            deployment(json!({"name": "app", "image": "nginx", "ports": [{"containerPort": 80}]}));
+        defaulter.apply(&mut d, None).unwrap();
+        let once = d.clone();
+        defaulter.apply(&mut d, Some(&once)).unwrap();
+        assert_eq!(d, once);
+
+        let mut s = service();
+        defaulter.apply(&mut s, None).unwrap();
+        let once = s.clone();
+        defaulter.apply(&mut s, Some(&once)).unwrap();
+        assert_eq!(s, once);
+        assert!(
+            defaulter
+                .cluster_ips
+                .is_allocated(service_cluster_ip(&s).unwrap())
+        );
     }
 
     #[test]
