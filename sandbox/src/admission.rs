@@ -160,7 +160,8 @@ pub enum Error {
         #[source]
         source: json_patch::PatchError,
     },
-    /// A mutating webhook's patch turned the object into something that is not the same kind.
+    /// A mutating webhook's patch has nothing to apply to (DELETE), or turned the object into
+    /// something that is not the same kind.
     #[error("webhook \"{webhook}\" returned a JSON patch with an invalid result: {reason}")]
     CheckPatchedObject {
         /// The webhook's name.
@@ -904,12 +905,12 @@ fn verify_answer(body: &[u8], uid: &str, mutating: bool) -> Result<Verdict, Erro
 
 /// The real server decodes the patched object into the request's type: it must stay an object
 /// of the same apiVersion and kind.
-fn check_patched(before: Option<&Value>, after: &Value) -> Result<(), String> {
+fn check_patched(before: &Value, after: &Value) -> Result<(), String> {
     if !after.is_object() {
         return Err("the patched object is not a JSON object".to_owned());
     }
     for field in ["apiVersion", "kind"] {
-        let was = before.and_then(|b| b.get(field));
+        let was = before.get(field);
         if was.is_some() && after.get(field) != was {
             return Err(format!("the patch changes {field}"));
         }
@@ -1236,15 +1237,22 @@ impl AdmissionChain {
                     webhook: webhook.clone(),
                     source,
                 })?;
-            // A DELETE carries no object; patching nothing is the same failure as a bad path.
-            let mut patched = object.clone().unwrap_or(Value::Null);
-            json_patch::patch(&mut patched, &patch).map_err(|source| Error::ApplyPatch {
-                webhook: webhook.clone(),
-                source,
-            })?;
-            check_patched(object.as_ref(), &patched)
-                .map_err(|reason| Error::CheckPatchedObject { webhook, reason })?;
-            *object = Some(patched);
+            if !patch.0.is_empty() {
+                let Some(current) = object.as_ref() else {
+                    return Err(Error::CheckPatchedObject {
+                        webhook,
+                        reason: "the request has no object to patch".to_owned(),
+                    });
+                };
+                let mut patched = current.clone();
+                json_patch::patch(&mut patched, &patch).map_err(|source| Error::ApplyPatch {
+                    webhook: webhook.clone(),
+                    source,
+                })?;
+                check_patched(current, &patched)
+                    .map_err(|reason| Error::CheckPatchedObject { webhook, reason })?;
+                *object = Some(patched);
+            }
         }
         Ok(true)
     }
@@ -1783,13 +1791,13 @@ mod tests {
         let before = json!({"apiVersion": "v1", "kind": "Service"});
         assert!(
             check_patched(
-                Some(&before),
+                &before,
                 &json!({"apiVersion": "v1", "kind": "Service", "x": 1})
             )
             .is_ok()
         );
-        assert!(check_patched(Some(&before), &json!({"apiVersion": "v1", "kind": "Pod"})).is_err());
-        assert!(check_patched(Some(&before), &json!([1])).is_err());
+        assert!(check_patched(&before, &json!({"apiVersion": "v1", "kind": "Pod"})).is_err());
+        assert!(check_patched(&before, &json!([1])).is_err());
     }
 
     #[test]

@@ -1048,3 +1048,22 @@ async fn a_restarted_webhook_is_reached_on_a_new_connection() {
     assert_eq!(second.seen().len(), 1);
     assert_eq!(second.state.connections.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_patch_for_a_delete_is_an_internal_error() {
+    let (ca, webhook, chain) = setup().await;
+    let deletes = json!({"rules": [{"operations": ["DELETE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]});
+    let config = mutating(
+        "m",
+        vec![hook("label.example.com", "/label", &ca.pem(), deletes)],
+    );
+    let mut request = create_deployment("default");
+    request.operation = Operation::Delete;
+    request.old_object = request.object.take();
+
+    let rejection = chain.admit(&[config], &[], &request).await.unwrap_err();
+
+    let message = internal_error_message(&rejection.error);
+    assert!(message.contains("no object to patch"), "{message}");
+    assert_eq!(webhook.seen().len(), 1);
+}
