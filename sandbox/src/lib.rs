@@ -10,6 +10,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod admission;
+pub mod defaults;
 mod discovery;
 pub mod faults;
 pub mod patch;
@@ -59,6 +61,7 @@ pub struct SandboxBuilder {
     namespaces: Vec<String>,
     deployment_controller: bool,
     rollout_delay: Duration,
+    admission: admission::AdmissionChain,
 }
 
 impl Default for SandboxBuilder {
@@ -69,6 +72,7 @@ impl Default for SandboxBuilder {
             namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             deployment_controller: true,
             rollout_delay: Duration::from_millis(200),
+            admission: admission::AdmissionChain::new(),
         }
     }
 }
@@ -104,6 +108,13 @@ impl SandboxBuilder {
         self
     }
 
+    /// Webhooks whose `clientConfig.service` is `service` are dialled at `address` (the
+    /// certificate is still verified for `<name>.<namespace>.svc`).
+    pub fn webhook_service(self, service: admission::ServiceRef, address: SocketAddr) -> Self {
+        self.admission.register_service(service, address);
+        self
+    }
+
     /// Builds the sandbox.
     pub fn build(self) -> Sandbox {
         let store = store::Store::new(self.log_capacity);
@@ -123,6 +134,7 @@ impl SandboxBuilder {
             faults: Arc::new(faults::Faults::new()),
             server_minor: self.server_minor,
             rollout: rollout::Rollouts::new(self.deployment_controller, self.rollout_delay),
+            admission: self.admission,
             served: Mutex::new(None),
         };
         Sandbox {
@@ -136,6 +148,7 @@ pub(crate) struct Inner {
     pub(crate) faults: Arc<faults::Faults>,
     pub(crate) server_minor: u32,
     pub(crate) rollout: Arc<rollout::Rollouts>,
+    pub(crate) admission: admission::AdmissionChain,
     served: Mutex<Option<SocketAddr>>,
 }
 
@@ -208,6 +221,11 @@ impl Sandbox {
     /// Switches and knobs of the simulated Deployment controller.
     pub fn rollouts(&self) -> RolloutHandle {
         RolloutHandle(self.inner.rollout.clone())
+    }
+
+    /// The admission chain, to register webhook service addresses after the sandbox is built.
+    pub fn admission(&self) -> admission::AdmissionChain {
+        self.inner.admission.clone()
     }
 
     /// Number of stored objects (all kinds, including the initial namespaces).

@@ -11,7 +11,15 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::authentication::v1::UserInfo;
+
 use crate::Inner;
+use crate::admission::{
+    AdmissionAttributes, GroupVersionKind, GroupVersionResource, Operation, Rejection,
+};
 use crate::discovery;
 use crate::faults::RequestRecord;
 use crate::patch;
@@ -171,8 +179,7 @@ fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Respon
         HeaderValue::from_static("application/json"),
     );
     for w in warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "'"));
-        if let Ok(v) = HeaderValue::from_str(&text) {
+        if let Ok(v) = HeaderValue::from_str(&crate::admission::warning_header_value(w)) {
             resp.headers_mut().append(header::WARNING, v);
         }
     }
@@ -288,6 +295,8 @@ pub(crate) struct Ctx {
     pub query: HashMap<String, String>,
     pub meta_only: bool,
     dry_run: bool,
+    /// Whether the request is a PATCH (for the admission options kind).
+    patch: bool,
     field_validation: FieldValidation,
     warnings: Vec<String>,
 }
@@ -371,6 +380,7 @@ async fn resource(
         query: query.clone(),
         meta_only: accept.contains("as=PartialObjectMetadata"),
         dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
+        patch: *method == Method::PATCH,
         field_validation,
         warnings: Vec::new(),
     };
@@ -583,18 +593,29 @@ fn check_identity(ctx: &Ctx, obj: &mut Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Everything that happens to an object between the request and the store: built-in
-/// defaulting, custom-resource pruning/defaulting/validation.
-fn admit(ctx: &mut Ctx, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
-    let name = meta_str(obj, "name").unwrap_or("").to_string();
-    if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
-        check_crd(ctx, obj, &name)?;
+/// Defaulting as the API server does it when it decodes an object: built-in defaults, and for
+/// custom resources pruning (reported per `fieldValidation` when `report_unknown`) and schema
+/// defaults.
+fn decode_defaults(
+    ctx: &mut Ctx,
+    obj: &mut Value,
+    old: Option<&Value>,
+    first_pass: bool,
+) -> Result<(), ApiError> {
+    let is_service = ctx.rt.group.is_empty() && ctx.rt.plural == "services";
+    // Services are defaulted once: a second pass would reserve the allocated IP again.
+    if ctx.path.sub.is_none() && (first_pass || !is_service) {
+        let mut state = ctx.inner.store.lock();
+        state.defaulter.apply(obj, old).map_err(|e| {
+            let (reason, code) = e.reason_and_code();
+            ApiError::new(code, reason, e.to_string())
+        })?;
     }
     let Some(schema) = ctx.rt.schema.clone() else {
         return Ok(());
     };
     let dropped = schema.prune(obj);
-    if !dropped.is_empty() {
+    if first_pass && !dropped.is_empty() {
         let unknown: Vec<String> = dropped
             .iter()
             .map(|p| format!("unknown field \"{p}\""))
@@ -611,6 +632,18 @@ fn admit(ctx: &mut Ctx, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiE
         }
     }
     schema.apply_defaults(obj);
+    Ok(())
+}
+
+/// The object checks of the resource: CRD registrability, custom-resource schema and CEL rules.
+fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let name = meta_str(obj, "name").unwrap_or("").to_string();
+    if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
+        check_crd(ctx, obj, &name)?;
+    }
+    let Some(schema) = ctx.rt.schema.clone() else {
+        return Ok(());
+    };
     let errors = schema.validate(obj, old);
     if !errors.is_empty() {
         let causes = errors
@@ -620,6 +653,177 @@ fn admit(ctx: &mut Ctx, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiE
         return Err(ApiError::invalid(&ctx.rt, &name, causes));
     }
     Ok(())
+}
+
+/// Everything between the request and the store, in the API server's order: defaulting,
+/// mutating webhooks, defaulting/pruning again, validation, validating webhooks. Returns the
+/// object to store; a rejection carries the warnings gathered so far.
+async fn admit(
+    ctx: &mut Ctx,
+    operation: Operation,
+    mut obj: Value,
+    old: Option<&Value>,
+) -> Result<Value, ApiError> {
+    decode_defaults(ctx, &mut obj, old, true)?;
+    let (mutating, validating) = webhook_configurations(ctx);
+    let mut attributes = admission_attributes(ctx, operation, Some(obj.clone()), old.cloned());
+    if !mutating.is_empty() {
+        let mutated = ctx
+            .inner
+            .admission
+            .mutate(&mutating, &attributes)
+            .await
+            .map_err(|r| rejected(ctx, r))?;
+        ctx.warnings.extend(mutated.warnings);
+        if let Some(mutated) = mutated.object {
+            if mutated != obj {
+                obj = mutated;
+                check_identity(ctx, &mut obj)?;
+                decode_defaults(ctx, &mut obj, old, false)?;
+            }
+        }
+    }
+    validate_object(ctx, &mut obj, old).map_err(|mut e| {
+        e.warnings = ctx.warnings.clone();
+        e
+    })?;
+    if !validating.is_empty() {
+        attributes.object = Some(obj.clone());
+        let validated = ctx
+            .inner
+            .admission
+            .validate(&validating, &attributes)
+            .await
+            .map_err(|r| rejected(ctx, r))?;
+        ctx.warnings.extend(validated.warnings);
+    }
+    Ok(obj)
+}
+
+/// DELETE through the webhooks (object null, oldObject the stored object).
+async fn admit_delete(ctx: &mut Ctx, current: &Value, options: &Value) -> Result<(), ApiError> {
+    let (mutating, validating) = webhook_configurations(ctx);
+    if mutating.is_empty() && validating.is_empty() {
+        return Ok(());
+    }
+    let mut attributes = admission_attributes(ctx, Operation::Delete, None, Some(current.clone()));
+    let mut opts = options.clone();
+    if let Some(m) = opts.as_object_mut() {
+        m.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
+        m.insert("kind".into(), json!("DeleteOptions"));
+    }
+    attributes.options = Some(opts);
+    let admitted = ctx
+        .inner
+        .admission
+        .admit(&mutating, &validating, &attributes)
+        .await
+        .map_err(|r| rejected(ctx, r))?;
+    ctx.warnings.extend(admitted.warnings);
+    Ok(())
+}
+
+fn rejected(ctx: &Ctx, rejection: Rejection) -> ApiError {
+    let mut err = ApiError::from_status(&rejection.status());
+    err.warnings = ctx.warnings.clone();
+    err.warnings.extend(rejection.warnings);
+    err
+}
+
+fn webhook_configurations(
+    ctx: &Ctx,
+) -> (
+    Vec<MutatingWebhookConfiguration>,
+    Vec<ValidatingWebhookConfiguration>,
+) {
+    let state = ctx.inner.store.lock();
+    let read = |plural: &str| -> Vec<Value> {
+        state
+            .list(&("admissionregistration.k8s.io".to_string(), plural.to_string()), None)
+            .into_iter()
+            .cloned()
+            .collect()
+    };
+    let mutating = read("mutatingwebhookconfigurations")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    let validating = read("validatingwebhookconfigurations")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    (mutating, validating)
+}
+
+fn admission_attributes(
+    ctx: &Ctx,
+    operation: Operation,
+    object: Option<Value>,
+    old_object: Option<Value>,
+) -> AdmissionAttributes {
+    let rt = &ctx.rt;
+    let mut attributes = AdmissionAttributes::new(
+        operation,
+        GroupVersionKind::new(&rt.group, &rt.version, &rt.kind),
+        GroupVersionResource::new(&rt.group, &rt.version, &rt.plural),
+    );
+    attributes.sub_resource = ctx.path.sub.clone();
+    attributes.name = object
+        .as_ref()
+        .or(old_object.as_ref())
+        .and_then(|o| meta_str(o, "name"))
+        .unwrap_or("")
+        .to_string();
+    let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+    attributes.namespace = if rt.namespaced {
+        Some(ctx.ns.clone())
+    } else if is_namespace {
+        Some(attributes.name.clone())
+    } else {
+        None
+    };
+    if rt.namespaced {
+        let state = ctx.inner.store.lock();
+        let ns = state.get(&(String::new(), "namespaces".to_string()), "", &ctx.ns);
+        attributes.namespace_labels = ns
+            .and_then(|n| n.pointer("/metadata/labels"))
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default();
+    }
+    attributes.object = object;
+    attributes.old_object = old_object;
+    attributes.dry_run = ctx.dry_run;
+    attributes.user_info = UserInfo {
+        username: Some("sandbox-admin".into()),
+        groups: Some(vec!["system:masters".into(), "system:authenticated".into()]),
+        ..UserInfo::default()
+    };
+    let options_kind = match operation {
+        Operation::Create => "CreateOptions",
+        Operation::Delete => "DeleteOptions",
+        _ if ctx.patch => "PatchOptions",
+        _ => "UpdateOptions",
+    };
+    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": options_kind});
+    if let Some(manager) = ctx.query.get("fieldManager") {
+        options["fieldManager"] = json!(manager);
+    }
+    if ctx.dry_run {
+        options["dryRun"] = json!(["All"]);
+    }
+    attributes.options = Some(options);
+    attributes
+}
+
+/// Frees a cluster IP allocated for a Service that was not stored after all.
+fn release_unstored(ctx: &Ctx, new: &Value, old: Option<&Value>) {
+    if !(ctx.rt.group.is_empty() && ctx.rt.plural == "services") {
+        return;
+    }
+    let ip = crate::defaults::service_cluster_ip(new);
+    if ip.is_some() && ip != old.and_then(crate::defaults::service_cluster_ip) {
+        ctx.inner.store.lock().defaulter.release(new);
+    }
 }
 
 fn check_crd(ctx: &Ctx, obj: &mut Value, name: &str) -> Result<(), ApiError> {
@@ -728,8 +932,12 @@ async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
             vec![("metadata.name".into(), "FieldValueInvalid".into(), message)],
         ));
     }
-    admit(ctx, &mut obj, None)?;
-    commit_create(ctx, obj)
+    let obj = admit(ctx, Operation::Create, obj, None).await?;
+    let result = commit_create(ctx, obj.clone());
+    if result.is_err() || ctx.dry_run {
+        release_unstored(ctx, &obj, None);
+    }
+    result
 }
 
 /// The API server's name check: an RFC 1123 label for namespaces and services, an RFC 1123
@@ -942,6 +1150,15 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
     Ok(Commit::Done(StatusCode::OK, stored))
 }
 
+/// [`commit_update`], freeing a Service cluster IP that did not end up stored.
+fn commit_checked(ctx: &mut Ctx, old: &Value, new: Value) -> Result<Commit, ApiError> {
+    let outcome = commit_update(ctx, old, new.clone());
+    if !matches!(outcome, Ok(Commit::Done(..))) || ctx.dry_run {
+        release_unstored(ctx, &new, Some(old));
+    }
+    outcome
+}
+
 fn read_current(ctx: &Ctx) -> Option<Value> {
     ctx.inner
         .store
@@ -962,9 +1179,9 @@ async fn update(ctx: &mut Ctx, mut body: Value) -> Result<(StatusCode, Value), A
         {
             return Err(ApiError::conflict(&ctx.rt, ctx.name()));
         }
-        let mut new = merge_server_fields(ctx, &old, body.clone());
-        admit(ctx, &mut new, Some(&old))?;
-        match commit_update(ctx, &old, new)? {
+        let new = merge_server_fields(ctx, &old, body.clone());
+        let new = admit(ctx, Operation::Update, new, Some(&old)).await?;
+        match commit_checked(ctx, &old, new)? {
             Commit::Done(code, v) => return Ok((code, v)),
             Commit::Stale if precondition.is_some() => {
                 return Err(ApiError::conflict(&ctx.rt, ctx.name()));
@@ -1096,9 +1313,9 @@ async fn patch_object(
             return Err(ApiError::conflict(&ctx.rt, ctx.name()));
         }
         check_identity(ctx, &mut patched)?;
-        let mut new = merge_server_fields(ctx, &old, patched);
-        admit(ctx, &mut new, Some(&old))?;
-        match commit_update(ctx, &old, new)? {
+        let new = merge_server_fields(ctx, &old, patched);
+        let new = admit(ctx, Operation::Update, new, Some(&old)).await?;
+        match commit_checked(ctx, &old, new)? {
             Commit::Done(code, v) => {
                 if kind == PatchKind::Apply {
                     remember_apply(ctx, &sub, &manager, &patch_doc);
@@ -1149,6 +1366,8 @@ async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {
             .and_then(Value::as_array)
             .is_some_and(|d| d.iter().any(|v| v == "All"));
     let name = ctx.name().to_string();
+    let stored = read_current(ctx).ok_or_else(|| ApiError::not_found(&ctx.rt, &name))?;
+    admit_delete(ctx, &stored, options).await?;
     let mut state = ctx.inner.store.lock();
     let current = state
         .get(&ctx.rt.storage(), &ctx.ns, &name)

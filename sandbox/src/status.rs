@@ -19,6 +19,8 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Seconds for a `Retry-After` header.
     pub retry_after: Option<u64>,
+    /// Warnings (from admission webhooks) sent as `Warning` headers with the error.
+    pub warnings: Vec<String>,
 }
 
 impl ApiError {
@@ -30,7 +32,22 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            warnings: Vec::new(),
         }
+    }
+
+    /// The error a `Status` (as admission webhooks deny with) describes.
+    pub fn from_status(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> Self {
+        let mut err = Self::new(
+            status.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500),
+            status.reason.as_deref().unwrap_or("InternalError"),
+            status.message.clone().unwrap_or_default(),
+        );
+        err.details = status
+            .details
+            .as_ref()
+            .and_then(|d| serde_json::to_value(d).ok());
+        err
     }
 
     fn with_details(mut self, rt: &ResourceType, name: &str) -> Self {
@@ -169,6 +186,11 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        for w in &self.warnings {
+            if let Ok(v) = HeaderValue::from_str(&crate::admission::warning_header_value(w)) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
         if let Some(secs) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::defaults::Defaulter;
 use crate::registry::{Registry, ResourceType};
 
 /// Where objects of one resource live: (group, plural).
@@ -109,6 +110,8 @@ pub struct State {
     pub registry: Registry,
     /// Server-side apply: the last configuration per manager.
     pub applied: HashMap<ApplyKey, Value>,
+    /// Built-in defaults, with the Service cluster IPs in use.
+    pub defaulter: Defaulter,
 }
 
 /// The store shared by all requests.
@@ -129,6 +132,7 @@ impl Store {
                 log_capacity: log_capacity.max(1),
                 registry: Registry::builtin(),
                 applied: HashMap::new(),
+                defaulter: Defaulter::new(),
             }),
             rv_tx,
         }
@@ -350,6 +354,9 @@ impl State {
         );
         self.applied
             .retain(|(r, n, nm, _, _), _| !(r == res && n == ns && nm == name));
+        if res.0.is_empty() && res.1 == "services" {
+            self.defaulter.release(&obj);
+        }
 
         if res.0 == "apiextensions.k8s.io" && res.1 == "customresourcedefinitions" {
             self.remove_crd_instances(name, &obj);
