@@ -739,7 +739,13 @@ fn webhook_configurations(
     let state = ctx.inner.store.lock();
     let read = |plural: &str| -> Vec<Value> {
         state
-            .list(&("admissionregistration.k8s.io".to_string(), plural.to_string()), None)
+            .list(
+                &(
+                    "admissionregistration.k8s.io".to_string(),
+                    plural.to_string(),
+                ),
+                None,
+            )
             .into_iter()
             .cloned()
             .collect()

@@ -39,7 +39,10 @@ impl ApiError {
     /// The error a `Status` (as admission webhooks deny with) describes.
     pub fn from_status(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> Self {
         let mut err = Self::new(
-            status.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500),
+            status
+                .code
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(500),
             status.reason.as_deref().unwrap_or("InternalError"),
             status.message.clone().unwrap_or_default(),
         );
