@@ -675,12 +675,12 @@ async fn admit(
             .await
             .map_err(|r| rejected(ctx, r))?;
         ctx.warnings.extend(mutated.warnings);
-        if let Some(mutated) = mutated.object {
-            if mutated != obj {
-                obj = mutated;
-                check_identity(ctx, &mut obj)?;
-                decode_defaults(ctx, &mut obj, old, false)?;
-            }
+        if let Some(mutated) = mutated.object
+            && mutated != obj
+        {
+            obj = mutated;
+            check_identity(ctx, &mut obj)?;
+            decode_defaults(ctx, &mut obj, old, false)?;
         }
     }
     validate_object(ctx, &mut obj, old).map_err(|mut e| {

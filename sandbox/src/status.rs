@@ -16,7 +16,7 @@ pub struct ApiError {
     /// Human-readable message, as kubectl prints it.
     pub message: String,
     /// `details` (name, group, kind, causes), if any.
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
     /// Seconds for a `Retry-After` header.
     pub retry_after: Option<u64>,
     /// Warnings (from admission webhooks) sent as `Warning` headers with the error.
@@ -49,12 +49,15 @@ impl ApiError {
         err.details = status
             .details
             .as_ref()
-            .and_then(|d| serde_json::to_value(d).ok());
+            .and_then(|d| serde_json::to_value(d).ok())
+            .map(Box::new);
         err
     }
 
     fn with_details(mut self, rt: &ResourceType, name: &str) -> Self {
-        self.details = Some(json!({"name": name, "group": rt.group, "kind": rt.plural}));
+        self.details = Some(Box::new(
+            json!({"name": name, "group": rt.group, "kind": rt.plural}),
+        ));
         self
     }
 
@@ -112,14 +115,14 @@ impl ApiError {
             "Invalid",
             format!("{kind} \"{name}\" is invalid: {summary}"),
         );
-        err.details = Some(json!({
+        err.details = Some(Box::new(json!({
             "name": name,
             "group": rt.group,
             "kind": rt.kind,
             "causes": causes.iter().map(|(field, reason, message)| json!({
                 "reason": reason, "message": message, "field": field,
             })).collect::<Vec<_>>(),
-        }));
+        })));
         err
     }
 
@@ -166,7 +169,7 @@ impl ApiError {
             "code": self.code,
         });
         if let Some(details) = &self.details {
-            status["details"] = details.clone();
+            status["details"] = (**details).clone();
         }
         if let Some(secs) = self.retry_after {
             let details = status
