@@ -30,3 +30,13 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(i32).range(0..=i64::from(crate::crd::MAX_REPLICAS)))]
     pub max_replicas: i32,
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}
