@@ -2,5 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod controller;
 pub mod crd;
+pub mod metrics;
 pub mod resources;

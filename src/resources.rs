@@ -32,6 +32,9 @@ pub const APP_NAME: &str = "myapp";
 /// (an env entry, `replicas`) leaves no trace in the observed object that a comparison could
 /// see, so the digest is what tells that the applied configuration changed.
 pub const APPLIED_DIGEST_ANNOTATION: &str = "example.com/applied-digest";
+/// Annotation on the Deployment, `"true"` when the operator sets its `spec.replicas`: the
+/// controller reads it to hand the count over when a MyApp stops setting it.
+pub const REPLICAS_ANNOTATION: &str = "example.com/replicas-managed";
 /// Name of the container (and of its port) in the Deployment's pod template.
 pub const PORT_NAME: &str = "http";
 
@@ -98,8 +101,15 @@ pub fn deployment(app: &MyApp) -> Deployment {
         env: (!env.is_empty()).then_some(env),
         ..Container::default()
     };
+    let mut metadata = child_meta(app);
+    if spec.replicas.is_some() {
+        metadata.annotations = Some(BTreeMap::from([(
+            REPLICAS_ANNOTATION.into(),
+            "true".into(),
+        )]));
+    }
     with_digest(Deployment {
-        metadata: child_meta(app),
+        metadata,
         spec: Some(DeploymentSpec {
             replicas: spec.replicas,
             selector: LabelSelector {
