@@ -1,8 +1,11 @@
 //! myapp-operator: a controller for the `MyApp` custom resource and its admission webhook.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod leader;
 pub mod metrics;
 pub mod resources;
+pub mod telemetry;
