@@ -10,7 +10,7 @@ fn main() -> anyhow::Result<()> {
             print!("{yaml}");
             Ok(())
         }
-        Command::Run(_) => anyhow::bail!(
+        Command::Run(_) | Command::Dev(_) => anyhow::bail!(
             "`run` is not built yet: the controller and webhook server arrive with their own \
              issues. Today this binary can only print the CRD (`myapp-operator crd`)."
         ),
