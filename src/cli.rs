@@ -27,6 +27,27 @@ pub enum Command {
     Dev(DevArgs),
     /// Print the MyApp CustomResourceDefinition as YAML (the content of deploy/crd.yaml).
     Crd,
+    /// Write a fresh local CA and webhook serving certificate (ECDSA P-256) for running the
+    /// webhook outside a cluster: ca.crt, tls.crt, tls.key.
+    Certs(CertsArgs),
+}
+
+/// Flags of `certs`.
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key into (created if missing).
+    #[arg(long, default_value = "certs")]
+    pub out: PathBuf,
+    /// A DNS name or IP address the serving certificate is valid for. Repeatable. Defaults to
+    /// the in-cluster Service names and localhost / 127.0.0.1.
+    #[arg(long = "san", default_values_t = default_sans())]
+    pub sans: Vec<String>,
+}
+
+fn default_sans() -> Vec<String> {
+    let mut sans = crate::certs::service_sans("myapp-operator-webhook", "myapp-system");
+    sans.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
+    sans
 }
 
 /// Flags of `run`.
