@@ -11,7 +11,7 @@ COPY webhook/Cargo.toml webhook/Cargo.toml
 COPY sandbox/Cargo.toml sandbox/Cargo.toml
 RUN mkdir -p src webhook/src sandbox/src \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
-    && cargo build --release --locked --target x86_64-unknown-linux-musl ; true
+    && cargo build --release --locked --target x86_64-unknown-linux-musl
 COPY . .
 # The real sources are newer than the placeholders, so only workspace crates rebuild here.
 RUN touch src/main.rs src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
