@@ -470,8 +470,7 @@ fn dockerfile_builds_locked_and_runs_a_static_non_root_binary() {
     assert!(text.contains("cargo build --release --locked"));
     let user = text
         .lines()
-        .filter(|l| l.starts_with("USER "))
-        .next_back()
+        .rfind(|l| l.starts_with("USER "))
         .expect("a USER line");
     let uid: u32 = user[5..]
         .split(':')
