@@ -1,5 +1,6 @@
 //! The admin server: `/livez`, `/readyz` and `/metrics` over plain HTTP on its own port.
 
+use crate::Error;
 use std::{
     net::SocketAddr,
     sync::{
@@ -11,21 +12,6 @@ use std::{
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-
-/// Why the admin server failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Binding the admin address failed.
-    #[error("failed to bind the admin server to {addr} (is --admin-addr free?): {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Serving failed.
-    #[error("admin server failed: {0}")]
-    Serve(#[source] std::io::Error),
-}
 
 /// What readiness depends on; each part flips as the process starts and stops.
 #[derive(Debug, Default)]
@@ -126,7 +112,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Bind { addr, source })
+        .map_err(|source| Error::BindAdmin { addr, source })
 }
 
 /// Serves the admin routes until `shutdown` resolves.
@@ -138,7 +124,7 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(Error::Serve)
+        .map_err(Error::ServeAdmin)
 }
 
 #[cfg(test)]

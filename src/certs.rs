@@ -1,33 +1,13 @@
 //! Local certificates: a CA and a webhook serving certificate signed by it (ECDSA P-256), for
 //! `dev` and for running the webhook outside a cluster. In a cluster, cert-manager does this.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use crate::Error;
+use std::{fs, path::Path};
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType,
 };
-
-/// Why certificates could not be made or written.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Generating a key or signing a certificate failed.
-    #[error("failed to generate a certificate: {0}")]
-    Generate(#[source] rcgen::Error),
-    /// A SAN is neither a DNS name nor an IP address.
-    #[error("{0:?} is not a valid DNS name or IP address for the certificate")]
-    InvalidSan(String),
-    /// Writing a file failed.
-    #[error("failed to write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// A CA and a serving certificate it signed, as PEM.
 pub struct Bundle {
@@ -56,8 +36,9 @@ pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
         .push(DnType::CommonName, "myapp-operator local CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(Error::Generate)?;
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(Error::Generate)?;
+    let ca_key =
+        KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(Error::GenerateCertificate)?;
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(Error::GenerateCertificate)?;
 
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
@@ -79,8 +60,10 @@ pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
         .collect::<Result<_, _>>()?;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(Error::Generate)?;
-    let cert = params.signed_by(&key, &ca).map_err(Error::Generate)?;
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(Error::GenerateCertificate)?;
+    let cert = params
+        .signed_by(&key, &ca)
+        .map_err(Error::GenerateCertificate)?;
     Ok(Bundle {
         ca_pem: ca.pem(),
         cert_pem: cert.pem(),
@@ -93,9 +76,9 @@ impl Bundle {
     pub fn write_to(&self, dir: &Path) -> Result<(), Error> {
         let write = |name: &str, text: &str, private: bool| {
             let path = dir.join(name);
-            write_file(&path, text, private).map_err(|source| Error::Write { path, source })
+            write_file(&path, text, private).map_err(|source| Error::WriteFile { path, source })
         };
-        fs::create_dir_all(dir).map_err(|source| Error::Write {
+        fs::create_dir_all(dir).map_err(|source| Error::WriteFile {
             path: dir.to_owned(),
             source,
         })?;

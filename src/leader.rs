@@ -8,6 +8,7 @@
 //! `duration` after they *observed* its last change (as client-go does), so the two never
 //! overlap, whatever the clocks of the nodes say.
 
+use crate::Error;
 use std::{future::Future, time::Duration};
 
 use k8s_openapi::{
@@ -18,23 +19,6 @@ use k8s_openapi::{
 use kube::{Api, Client, api::PostParams};
 use tokio::{sync::watch, time::Instant};
 use tracing::{info, warn};
-
-/// Why a lease operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading the Lease failed.
-    #[error("failed to read Lease: {0}")]
-    ReadLease(#[source] kube::Error),
-    /// Creating the Lease failed.
-    #[error("failed to create Lease: {0}")]
-    CreateLease(#[source] kube::Error),
-    /// Writing the Lease (acquire, renew, release) failed.
-    #[error("failed to update Lease: {0}")]
-    UpdateLease(#[source] kube::Error),
-    /// The API did not answer in time.
-    #[error("Lease request did not finish within {0:?}")]
-    Deadline(Duration),
-}
 
 /// Lease settings.
 #[derive(Clone, Debug)]
@@ -101,7 +85,7 @@ pub async fn run(
             try_acquire_or_renew(&api, &config, &mut observed),
         )
         .await
-        .unwrap_or(Err(Error::Deadline(budget)));
+        .unwrap_or(Err(Error::LeaseDeadline(budget)));
         match outcome {
             Ok(true) => {
                 leading_until = Some(started + config.duration.saturating_sub(config.grace))

@@ -6,7 +6,10 @@ pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod resources;
 pub mod telemetry;
+
+pub use error::Error;

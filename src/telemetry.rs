@@ -1,5 +1,6 @@
 //! Logging: `tracing` with structured fields, JSON for clusters or plain text for people.
 
+use crate::Error;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// Log output format.
@@ -11,26 +12,9 @@ pub enum LogFormat {
     Plain,
 }
 
-/// Why logging could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The `--log-level` filter does not parse.
-    #[error(
-        "invalid --log-level {filter:?}: {source} (examples: info, debug, myapp_operator=debug,kube=warn)"
-    )]
-    ParseFilter {
-        filter: String,
-        #[source]
-        source: tracing_subscriber::filter::ParseError,
-    },
-    /// A global subscriber was already installed.
-    #[error("failed to install the log subscriber: {0}")]
-    Install(#[source] tracing_subscriber::util::TryInitError),
-}
-
 /// Installs the global subscriber. `filter` uses `RUST_LOG` syntax.
 pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
-    let filter = EnvFilter::try_new(filter).map_err(|source| Error::ParseFilter {
+    let filter = EnvFilter::try_new(filter).map_err(|source| Error::ParseLogFilter {
         filter: filter.to_owned(),
         source,
     })?;
@@ -46,5 +30,5 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
             .try_init(),
         LogFormat::Plain => registry.with(fmt::layer().with_target(false)).try_init(),
     }
-    .map_err(Error::Install)
+    .map_err(Error::InstallLogger)
 }
