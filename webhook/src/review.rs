@@ -1,0 +1,3 @@
+//! placeholder
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReviewCode(pub u16);
