@@ -4,8 +4,12 @@
 
 mod error;
 pub mod metrics;
+pub mod patch;
 pub mod review;
+mod server;
 pub mod tls;
 
 pub use error::Error;
-pub use metrics::Metrics;
+pub use metrics::{Decision, Metrics};
+pub use review::{Context, Operation, Verdict, Violation, mutating, validating};
+pub use server::{ServerConfig, ServerHandle, serve};

@@ -5,6 +5,7 @@
 //! the operator's registry.
 
 use std::{
+    fmt::{self, Write as _},
     sync::atomic::AtomicI64,
     time::{Duration, Instant},
 };
@@ -16,7 +17,7 @@ use axum::{
     response::Response,
 };
 use prometheus_client::{
-    encoding::{EncodeLabelSet, EncodeLabelValue},
+    encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
     metrics::{
         counter::Counter,
         family::Family,
@@ -30,7 +31,7 @@ use prometheus_client::{
 ///
 /// Review handlers put it into the response extensions so the metrics layer can read it without
 /// parsing the body.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Decision {
     /// Allowed without changes.
     Allowed,
@@ -43,7 +44,7 @@ pub enum Decision {
 }
 
 /// Why the server refused a connection or a request before it reached a route.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Rejection {
     /// The TLS handshake did not finish within the handshake timeout.
     HandshakeTimeout,
@@ -55,6 +56,43 @@ pub enum Rejection {
     RequestTimeout,
     /// The declared body was larger than the limit.
     BodyTooLarge,
+}
+
+impl Decision {
+    /// The label value: `allowed`, `patched`, `denied` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Patched => "patched",
+            Self::Denied => "denied",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl Rejection {
+    /// The label value, snake case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HandshakeTimeout => "handshake_timeout",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::HeaderTimeout => "header_timeout",
+            Self::RequestTimeout => "request_timeout",
+            Self::BodyTooLarge => "body_too_large",
+        }
+    }
+}
+
+impl EncodeLabelValue for Decision {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for Rejection {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -140,9 +178,10 @@ impl Metrics {
             "Changed certificate pairs refused (unreadable, unparsable or mismatched)",
             self.cert_reload_errors.clone(),
         );
-        registry.register(
-            "certificate_not_after",
-            "Expiry of the serving certificate, Unix time in seconds",
+        registry.register_with_unit(
+            "certificate_expiry_timestamp",
+            "notAfter of the serving certificate, as a Unix timestamp",
+            Unit::Seconds,
             self.cert_not_after.clone(),
         );
     }
@@ -209,6 +248,10 @@ impl Metrics {
     /// label values at will); the decision comes from the [`Decision`] response extension, or
     /// from the status when a handler set none.
     pub fn instrument(&self, router: Router) -> Router {
+        if !router.has_routes() {
+            // axum refuses a route layer on a router without routes.
+            return router;
+        }
         router.route_layer(axum::middleware::from_fn_with_state(self.clone(), record))
     }
 }

@@ -10,7 +10,7 @@
 
 use std::{
     fmt,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{Arc, Mutex, PoisonError, RwLock},
     time::Duration,
 };
@@ -503,6 +503,8 @@ mod der {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn write_pair(dir: &Path, cert: &str, key: &str) {
