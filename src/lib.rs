@@ -1,2 +1,8 @@
 //! myapp-operator: a controller for the `MyApp` custom resource and its admission webhook.
 #![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod controller;
+pub mod crd;
+pub mod metrics;
+pub mod resources;

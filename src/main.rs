@@ -1,1 +1,18 @@
-fn main() {}
+use anyhow::Context;
+use clap::Parser;
+use myapp_operator::cli::{Cli, Command};
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Crd => {
+            let yaml =
+                myapp_operator::crd::crd_yaml().context("failed to render the CRD as YAML")?;
+            print!("{yaml}");
+            Ok(())
+        }
+        Command::Run(_) => anyhow::bail!(
+            "`run` is not built yet: the controller and webhook server arrive with their own \
+             issues. Today this binary can only print the CRD (`myapp-operator crd`)."
+        ),
+    }
+}
