@@ -72,6 +72,16 @@ fn walk(
         }
         Some(raw) => raw,
     };
+    // A typed value that skips serialising when empty (`skip_serializing_if = "Vec::is_empty"`)
+    // is absent from `before` while the request holds `[]` or `{}`: compare with those instead.
+    let before = match raw {
+        Value::Array(a) if before.is_null() && a.is_empty() => raw,
+        Value::Object(o) if before.is_null() && o.is_empty() => raw,
+        _ => before,
+    };
+    if *before == after {
+        return Ok(());
+    }
     let refuse = |path: &String, what| {
         Err(NotAddOnly {
             path: path.clone(),
@@ -230,6 +240,17 @@ mod tests {
         assert_eq!(removed.path, "/b");
         let dropped = patch(json!({"a": 1}), json!({}), raw).unwrap_err();
         assert_eq!(dropped.what, "a member was removed");
+    }
+
+    #[test]
+    fn an_empty_container_skipped_by_the_type_is_appended_to() {
+        let before = json!({"spec": {}});
+        let after = json!({"spec": {"env": [{"name": "A"}]}});
+        let raw = json!({"spec": {"env": []}});
+        assert_eq!(
+            patch(before, after, raw).unwrap(),
+            json!([{"op": "add", "path": "/spec/env/0", "value": {"name": "A"}}])
+        );
     }
 
     #[test]
