@@ -1,0 +1,796 @@
+//! The MyApp admission rules: plain functions over the typed spec, and the router that mounts
+//! them on the webhook server.
+//!
+//! [`validate`] enforces everything the CRD schema and its CEL rules enforce (so a cluster whose
+//! webhook is up never stores what the schema would reject, and users get one message listing
+//! every problem), and more that the schema cannot say:
+//!
+//! | rule | schema / CEL | webhook only |
+//! |------|--------------|--------------|
+//! | `spec.replicas` in `0..=1000` | yes | the maximum is configurable lower (`--max-replicas`) |
+//! | `spec.port` in `1..=65535` | yes | |
+//! | `spec.image` an OCI reference | regex | stricter: repository name <= 255 bytes; `sha256`/`sha512` digests must be 64/128 lower-case hex; precise messages per part |
+//! | `spec.env` names: pattern, 1..=128 | yes | also not `.`, `..` or starting with `..` (as Kubernetes' `IsEnvVarName`) |
+//! | `spec.env` names unique | list-map key | reported on the name field, once per duplicate |
+//! | `spec.env` at most 64, values <= 8192 | yes (values in characters) | values in bytes (stricter) |
+//! | `metadata.name` a DNS-1035 label | CEL | |
+//!
+//! On UPDATE the old spec is compared with the new one in one place: an over-the-maximum
+//! `spec.replicas` that the update leaves unchanged is admitted with a warning (ratcheting), so
+//! lowering `--max-replicas` never blocks unrelated edits of existing apps. The schema's own
+//! bound (1000) never ratchets. Every other rule judges the new spec alone.
+//!
+//! Warnings (never denials): an image with no tag and no digest, a `:latest` tag, replicas 0,
+//! replicas allowed only by ratcheting.
+//!
+//! [`default`] adds the env defaults configured with `--default-env NAME=VALUE`, after the
+//! user's entries, never overriding a name the user set, and never beyond the env-count limit.
+//! It adds nothing else: an absent `spec.replicas` means "scaled by someone else" and stays
+//! absent. Running it on its own output changes nothing.
+
+use std::sync::Arc;
+
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use webhook::{Context, Verdict, Violation};
+
+use crate::crd::{
+    EnvVar, MAX_ENV, MAX_ENV_NAME_LEN, MAX_ENV_VALUE_LEN, MAX_IMAGE_LEN, MAX_REPLICAS, MyAppSpec,
+};
+
+/// Path of the validating webhook (the deploy manifests point here).
+pub const VALIDATE_PATH: &str = "/validate-myapp";
+/// Path of the mutating webhook (the deploy manifests point here).
+pub const MUTATE_PATH: &str = "/mutate-myapp";
+
+/// Longest repository name (domain and path) the distribution spec allows.
+pub const MAX_IMAGE_NAME_LEN: usize = 255;
+
+/// What the operator is configured to enforce and inject.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    /// Highest `spec.replicas` admitted, at most [`MAX_REPLICAS`] (`--max-replicas`).
+    pub max_replicas: i32,
+    /// Env entries added to every MyApp that does not set the name (`--default-env`).
+    pub default_env: Vec<EnvVar>,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        Self {
+            max_replicas: MAX_REPLICAS,
+            default_env: Vec::new(),
+        }
+    }
+}
+
+impl AdmissionConfig {
+    /// The limits [`validate`] applies; `max_replicas` is clamped into `0..=MAX_REPLICAS`.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_replicas: self.max_replicas.clamp(0, MAX_REPLICAS),
+        }
+    }
+}
+
+/// The configurable limits of [`validate`]. The others are the CRD's and not configurable: a
+/// looser webhook would admit what the schema then rejects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Highest `spec.replicas` admitted.
+    pub max_replicas: i32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_replicas: MAX_REPLICAS,
+        }
+    }
+}
+
+/// Parses one `--default-env NAME=VALUE`, refusing what [`validate`] would deny, so a bad flag
+/// fails at start instead of on every admission. Usable as a clap `value_parser`.
+pub fn parse_default_env(text: &str) -> Result<EnvVar, String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))?;
+    if let Some(problem) = env_name_problem(name) {
+        return Err(format!("env name {name:?}: {problem}"));
+    }
+    if value.len() > MAX_ENV_VALUE_LEN {
+        return Err(format!(
+            "env value of {name:?} is longer than {MAX_ENV_VALUE_LEN} bytes"
+        ));
+    }
+    Ok(EnvVar {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    })
+}
+
+// === Validation ===
+
+/// Every violation of the MyApp rules by `new` (with its field path), and warnings.
+///
+/// `old` is the stored spec on UPDATE; see the module documentation for the one rule that uses
+/// it.
+pub fn validate(new: &MyAppSpec, old: Option<&MyAppSpec>, limits: &Limits) -> Verdict {
+    let mut verdict = Verdict::default();
+    replicas(new, old, limits, &mut verdict);
+    port(new, &mut verdict);
+    image(&new.image, &mut verdict);
+    env(&new.env, &mut verdict);
+    verdict
+}
+
+/// The CRD's CEL rule on the name, which names the child Service: a DNS-1035 label.
+pub fn validate_name(name: &str) -> Option<Violation> {
+    const DETAIL: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or \
+                          '-', start with an alphabetic character, and end with an alphanumeric \
+                          character";
+    if name.len() > 63 {
+        return Some(Violation::invalid(
+            "metadata.name",
+            format!("{name:?}"),
+            "must be no more than 63 characters",
+        ));
+    }
+    let bytes = name.as_bytes();
+    let ok = bytes.first().is_some_and(u8::is_ascii_lowercase)
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    (!ok).then(|| Violation::invalid("metadata.name", format!("{name:?}"), DETAIL))
+}
+
+fn replicas(new: &MyAppSpec, old: Option<&MyAppSpec>, limits: &Limits, verdict: &mut Verdict) {
+    let Some(replicas) = new.replicas else {
+        return;
+    };
+    const FIELD: &str = "spec.replicas";
+    if replicas < 0 {
+        verdict.violations.push(Violation::invalid(
+            FIELD,
+            replicas,
+            "must be greater than or equal to 0",
+        ));
+    } else if replicas > MAX_REPLICAS {
+        verdict.violations.push(Violation::invalid(
+            FIELD,
+            replicas,
+            &format!("must be less than or equal to {MAX_REPLICAS}"),
+        ));
+    } else if replicas > limits.max_replicas {
+        if old.and_then(|o| o.replicas) == Some(replicas) {
+            verdict.warnings.push(format!(
+                "spec.replicas {replicas} is above the operator's maximum {}; kept because unchanged",
+                limits.max_replicas
+            ));
+        } else {
+            verdict.violations.push(Violation::invalid(
+                FIELD,
+                replicas,
+                &format!(
+                    "must be less than or equal to {} (the operator's --max-replicas)",
+                    limits.max_replicas
+                ),
+            ));
+        }
+    } else if replicas == 0 {
+        verdict
+            .warnings
+            .push("spec.replicas is 0: the app runs no pods".to_owned());
+    }
+}
+
+fn port(new: &MyAppSpec, verdict: &mut Verdict) {
+    if !(1..=65535).contains(&new.port) {
+        verdict.violations.push(Violation::invalid(
+            "spec.port",
+            new.port,
+            "must be between 1 and 65535, inclusive",
+        ));
+    }
+}
+
+fn image(image: &str, verdict: &mut Verdict) {
+    const FIELD: &str = "spec.image";
+    if image.is_empty() {
+        verdict
+            .violations
+            .push(Violation::required(FIELD, "an image reference is required"));
+        return;
+    }
+    if image.len() > MAX_IMAGE_LEN {
+        verdict
+            .violations
+            .push(Violation::too_long(FIELD, MAX_IMAGE_LEN));
+        return;
+    }
+    match ImageRef::parse(image) {
+        Err(detail) => {
+            verdict
+                .violations
+                .push(Violation::invalid(FIELD, format!("{image:?}"), &detail));
+        }
+        Ok(reference) => match (reference.tag, reference.digest) {
+            (None, None) => verdict.warnings.push(
+                "spec.image has no tag or digest, so it means :latest; pin a version".to_owned(),
+            ),
+            (Some("latest"), None) => verdict
+                .warnings
+                .push("spec.image uses :latest; pin a version or digest".to_owned()),
+            _ => {}
+        },
+    }
+}
+
+fn env(env: &[EnvVar], verdict: &mut Verdict) {
+    if env.len() > MAX_ENV {
+        verdict
+            .violations
+            .push(Violation::too_many("spec.env", env.len(), MAX_ENV));
+    }
+    for (i, var) in env.iter().enumerate() {
+        let field = format!("spec.env[{i}].name");
+        if var.name.is_empty() {
+            verdict
+                .violations
+                .push(Violation::required(field, "an env name is required"));
+        } else if var.name.len() > MAX_ENV_NAME_LEN {
+            verdict
+                .violations
+                .push(Violation::too_long(field, MAX_ENV_NAME_LEN));
+        } else if let Some(problem) = env_name_problem(&var.name) {
+            verdict.violations.push(Violation::invalid(
+                field,
+                format!("{:?}", var.name),
+                problem,
+            ));
+        } else if env[..i].iter().any(|earlier| earlier.name == var.name) {
+            verdict
+                .violations
+                .push(Violation::duplicate(field, format!("{:?}", var.name)));
+        }
+        if var.value.len() > MAX_ENV_VALUE_LEN {
+            verdict.violations.push(Violation::too_long(
+                format!("spec.env[{i}].value"),
+                MAX_ENV_VALUE_LEN,
+            ));
+        }
+    }
+}
+
+/// Kubernetes' `IsEnvVarName`: the pattern, and no `.`/`..` path tricks.
+fn env_name_problem(name: &str) -> Option<&'static str> {
+    let bytes = name.as_bytes();
+    let first_ok = bytes
+        .first()
+        .is_some_and(|b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'.' | b'_'));
+    let rest_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if !(first_ok && rest_ok) {
+        return Some(
+            "a valid environment variable name must consist of alphabetic characters, digits, \
+             '_', '-', or '.', and must not start with a digit",
+        );
+    }
+    match name {
+        "." => Some("must not be '.'"),
+        ".." => Some("must not be '..'"),
+        _ if name.starts_with("..") => Some("must not start with '..'"),
+        _ => None,
+    }
+}
+
+// === Image references ===
+
+/// An image reference split per the distribution spec's grammar:
+/// `[domain[:port]/]path[:tag][@algorithm:encoded]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageRef<'a> {
+    /// Registry host and optional port, when the reference names one.
+    pub domain: Option<&'a str>,
+    /// Repository path, `/`-separated lower-case components.
+    pub path: &'a str,
+    /// Tag, when given.
+    pub tag: Option<&'a str>,
+    /// Digest, `algorithm:encoded`, when given.
+    pub digest: Option<&'a str>,
+}
+
+impl<'a> ImageRef<'a> {
+    /// Parses `reference`, or says precisely what is wrong with it.
+    pub fn parse(reference: &'a str) -> Result<Self, String> {
+        let (rest, digest) = match reference.split_once('@') {
+            Some((rest, digest)) => (rest, Some(digest)),
+            None => (reference, None),
+        };
+        if let Some(digest) = digest {
+            check_digest(digest)?;
+        }
+        // A ':' after the last '/' starts the tag; one before it is a registry port.
+        let (name, tag) = match rest.rfind(':') {
+            Some(colon) if rest.rfind('/').is_none_or(|slash| colon > slash) => {
+                (&rest[..colon], Some(&rest[colon + 1..]))
+            }
+            _ => (rest, None),
+        };
+        if let Some(tag) = tag {
+            check_tag(tag)?;
+        }
+        if name.is_empty() {
+            return Err("the repository name is empty".to_owned());
+        }
+        if name.len() > MAX_IMAGE_NAME_LEN {
+            return Err(format!(
+                "the repository name may be at most {MAX_IMAGE_NAME_LEN} characters"
+            ));
+        }
+        // As Docker decides: the first component is a registry if it looks like a host.
+        let (domain, path) = match name.split_once('/') {
+            Some((first, path))
+                if first.contains(['.', ':'])
+                    || first == "localhost"
+                    || first.bytes().any(|b| b.is_ascii_uppercase()) =>
+            {
+                (Some(first), path)
+            }
+            _ => (None, name),
+        };
+        if let Some(domain) = domain {
+            check_domain(domain)?;
+        }
+        check_path(path)?;
+        Ok(Self {
+            domain,
+            path,
+            tag,
+            digest,
+        })
+    }
+}
+
+fn check_domain(domain: &str) -> Result<(), String> {
+    let (host, port) = match domain.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (domain, None),
+    };
+    for label in host.split('.') {
+        let bytes = label.as_bytes();
+        let ok = !bytes.is_empty()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            && bytes[0] != b'-'
+            && bytes[bytes.len() - 1] != b'-';
+        if !ok {
+            return Err(format!(
+                "registry host {host:?} must be dot-separated labels of letters, digits and '-' \
+                 (not at either end)"
+            ));
+        }
+    }
+    if let Some(port) = port
+        && (port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(format!("registry port {port:?} must be digits"));
+    }
+    Ok(())
+}
+
+fn check_path(path: &str) -> Result<(), String> {
+    for component in path.split('/') {
+        if component.is_empty() {
+            return Err("the repository path has an empty component".to_owned());
+        }
+        if !path_component_ok(component.as_bytes()) {
+            return Err(format!(
+                "repository path component {component:?} must be lower-case letters and digits, \
+                 separated by '.', '_', '__' or dashes"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*`
+fn path_component_ok(bytes: &[u8]) -> bool {
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let mut i = 0;
+    loop {
+        let start = i;
+        while i < bytes.len() && alnum(&bytes[i]) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+        if i == bytes.len() {
+            return true;
+        }
+        let sep = i;
+        while i < bytes.len() && !alnum(&bytes[i]) {
+            i += 1;
+        }
+        let separator = &bytes[sep..i];
+        let ok = matches!(separator, b"." | b"_" | b"__") || separator.iter().all(|b| *b == b'-');
+        if !ok {
+            return false;
+        }
+    }
+}
+
+fn check_tag(tag: &str) -> Result<(), String> {
+    let bytes = tag.as_bytes();
+    let word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    if bytes.is_empty() {
+        return Err("the tag after ':' is empty".to_owned());
+    }
+    if bytes.len() > 128 {
+        return Err("the tag may be at most 128 characters".to_owned());
+    }
+    if !word(&bytes[0]) || !bytes.iter().all(|b| word(b) || matches!(b, b'.' | b'-')) {
+        return Err(format!(
+            "tag {tag:?} must be letters, digits, '_', '.' and '-', not starting with '.' or '-'"
+        ));
+    }
+    Ok(())
+}
+
+fn check_digest(digest: &str) -> Result<(), String> {
+    let (algorithm, encoded) = digest
+        .split_once(':')
+        .ok_or_else(|| format!("digest {digest:?} must be algorithm:encoded"))?;
+    let component_ok = |c: &str| {
+        !c.is_empty()
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    if !algorithm.split(['+', '.', '_', '-']).all(component_ok) {
+        return Err(format!("digest algorithm {algorithm:?} is not valid"));
+    }
+    let hex = |len: usize| {
+        encoded.len() == len
+            && encoded
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let ok = match algorithm {
+        "sha256" => hex(64),
+        "sha512" => hex(128),
+        _ => {
+            encoded.len() >= 32
+                && encoded
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b'_' | b'-'))
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "digest {digest:?} is not valid: sha256 needs 64 and sha512 128 lower-case hex digits"
+        ))
+    }
+}
+
+// === Defaulting ===
+
+/// Adds every configured env default whose name the spec does not set, after the user's
+/// entries, stopping at the env-count limit. Idempotent.
+pub fn default(spec: &mut MyAppSpec, defaults: &[EnvVar]) {
+    for default in defaults {
+        if spec.env.len() >= MAX_ENV {
+            break;
+        }
+        if !spec.env.iter().any(|var| var.name == default.name) {
+            spec.env.push(default.clone());
+        }
+    }
+}
+
+// === Router ===
+
+/// What the validating route reads of a MyApp: its name and spec (the rest is skipped, not
+/// parsed).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reviewed {
+    /// Only the name is read.
+    #[serde(default)]
+    pub metadata: NameOnly,
+    /// The spec.
+    pub spec: MyAppSpec,
+}
+
+/// The name of an object (empty on CREATE with `generateName`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct NameOnly {
+    /// `metadata.name`.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// What the mutating route edits: the spec alone, so the patch can only touch `/spec`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Defaulted {
+    /// The spec.
+    pub spec: MyAppSpec,
+}
+
+/// The validating rule as the route runs it: [`validate`] plus [`validate_name`].
+pub fn review(
+    new: &Reviewed,
+    old: Option<&Reviewed>,
+    context: &Context<'_>,
+    limits: &Limits,
+) -> Verdict {
+    let mut verdict = validate(&new.spec, old.map(|o| &o.spec), limits);
+    // With generateName the name is not known yet; the schema's CEL rule checks the generated
+    // one when the object is stored.
+    let name = if new.metadata.name.is_empty() {
+        context.name
+    } else {
+        &new.metadata.name
+    };
+    if !name.is_empty()
+        && let Some(violation) = validate_name(name)
+    {
+        verdict.violations.insert(0, violation);
+    }
+    verdict
+}
+
+/// The webhook routes: `POST /validate-myapp` and `POST /mutate-myapp`.
+pub fn router(config: AdmissionConfig) -> Router {
+    let limits = config.limits();
+    let defaults = Arc::new(config.default_env);
+    Router::new()
+        .route(
+            VALIDATE_PATH,
+            webhook::validating(move |new: &Reviewed, old: Option<&Reviewed>, context| {
+                review(new, old, context, &limits)
+            }),
+        )
+        .route(
+            MUTATE_PATH,
+            webhook::mutating(move |object: &mut Defaulted, _context| {
+                default(&mut object.spec, &defaults);
+            }),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(image: &str) -> MyAppSpec {
+        MyAppSpec {
+            replicas: Some(2),
+            image: image.to_owned(),
+            port: 8080,
+            env: Vec::new(),
+        }
+    }
+
+    fn env(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        }
+    }
+
+    fn fields(verdict: &Verdict) -> Vec<&str> {
+        verdict
+            .violations
+            .iter()
+            .map(|v| v.field.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_typical_spec_is_valid_without_warnings() {
+        let verdict = validate(&spec("ghcr.io/example/web:1.4.2"), None, &Limits::default());
+        assert_eq!(verdict, Verdict::default());
+    }
+
+    #[test]
+    fn image_references_follow_the_distribution_grammar() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for good in [
+            "nginx",
+            "nginx:1.27",
+            "library/nginx",
+            "localhost/app",
+            "localhost:5000/app:dev",
+            "registry.example.com:443/team/app__x/y-z:1.0_rc.1",
+            "Registry.Example.com/app",
+            "a--b/c.d",
+            &format!("app@{digest}"),
+            &format!("ghcr.io/x/app:1@{digest}"),
+            &format!("app@sha512:{}", "0".repeat(128)),
+            &format!("app@multihash+base58:{}", "Q".repeat(46)),
+        ] {
+            assert!(
+                ImageRef::parse(good).is_ok(),
+                "{good}: {:?}",
+                ImageRef::parse(good)
+            );
+        }
+        for (bad, why) in [
+            ("Nginx", "must be lower-case"),
+            ("app:", "tag after ':' is empty"),
+            ("app:-x", "tag \"-x\""),
+            ("app/", "empty component"),
+            ("/app", "empty component"),
+            ("app..x", "must be lower-case"),
+            ("-app", "must be lower-case"),
+            ("reg-.io/app", "registry host"),
+            ("reg.io:port/app", "port"),
+            ("app@sha256:abc", "64"),
+            ("app@sha256", "algorithm:encoded"),
+            ("app@SHA256:abcdefabcdefabcdefabcdefabcdefab", "algorithm"),
+            ("app with space", "must be lower-case"),
+        ] {
+            let error = ImageRef::parse(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+        assert!(
+            ImageRef::parse(&format!("r.io/{}", "a".repeat(252)))
+                .unwrap_err()
+                .contains("at most 255")
+        );
+    }
+
+    #[test]
+    fn image_parts_are_split_as_docker_does() {
+        assert!(ImageRef::parse("localhost:5000/team/app:1.2@sha256:").is_err());
+        let r = ImageRef::parse("localhost:5000/team/app:1.2").unwrap();
+        assert_eq!(
+            (r.domain, r.path, r.tag, r.digest),
+            (Some("localhost:5000"), "team/app", Some("1.2"), None)
+        );
+        let r = ImageRef::parse("team/app").unwrap();
+        assert_eq!((r.domain, r.path, r.tag), (None, "team/app", None));
+    }
+
+    #[test]
+    fn every_violation_is_reported_at_once_with_its_field() {
+        let mut bad = spec("Not An Image");
+        bad.replicas = Some(-1);
+        bad.port = 0;
+        bad.env = vec![env("1X", ""), env("A", ""), env("A", ""), env("..", "")];
+        let verdict = validate(&bad, None, &Limits::default());
+        assert_eq!(
+            fields(&verdict),
+            [
+                "spec.replicas",
+                "spec.port",
+                "spec.image",
+                "spec.env[0].name",
+                "spec.env[2].name",
+                "spec.env[3].name"
+            ]
+        );
+        assert_eq!(
+            verdict.violations[4].message, "Duplicate value: \"A\"",
+            "{verdict:?}"
+        );
+        assert_eq!(
+            verdict.violations[5].message,
+            "Invalid value: \"..\": must not be '..'"
+        );
+    }
+
+    #[test]
+    fn limits_on_replicas_env_count_and_value_size_apply() {
+        let mut big = spec("app:1");
+        big.replicas = Some(11);
+        big.env = (0..=MAX_ENV).map(|i| env(&format!("E{i}"), "")).collect();
+        big.env[3].value = "x".repeat(MAX_ENV_VALUE_LEN + 1);
+        let verdict = validate(&big, None, &Limits { max_replicas: 10 });
+        assert_eq!(
+            fields(&verdict),
+            ["spec.replicas", "spec.env", "spec.env[3].value"]
+        );
+        assert!(verdict.violations[0].message.contains("--max-replicas"));
+    }
+
+    #[test]
+    fn an_unchanged_replica_count_above_a_lowered_maximum_is_kept_with_a_warning() {
+        let mut app = spec("app:1");
+        app.replicas = Some(50);
+        let limits = Limits { max_replicas: 10 };
+        let verdict = validate(&app, Some(&app.clone()), &limits);
+        assert!(verdict.violations.is_empty());
+        assert_eq!(verdict.warnings.len(), 1);
+        let mut grown = app.clone();
+        grown.replicas = Some(51);
+        assert_eq!(
+            fields(&validate(&grown, Some(&app), &limits)),
+            ["spec.replicas"]
+        );
+        // The schema's own bound never ratchets.
+        let mut huge = app.clone();
+        huge.replicas = Some(MAX_REPLICAS + 1);
+        assert_eq!(
+            fields(&validate(&huge, Some(&huge), &limits)),
+            ["spec.replicas"]
+        );
+    }
+
+    #[test]
+    fn suspicious_but_legal_specs_get_short_warnings() {
+        let mut zero = spec("nginx");
+        zero.replicas = Some(0);
+        let verdict = validate(&zero, None, &Limits::default());
+        assert!(verdict.violations.is_empty());
+        assert_eq!(verdict.warnings.len(), 2, "{verdict:?}");
+        let latest = validate(&spec("nginx:latest"), None, &Limits::default());
+        assert_eq!(latest.warnings.len(), 1);
+        for warning in verdict.warnings.iter().chain(&latest.warnings) {
+            assert!(warning.len() <= 120, "{warning}");
+        }
+        let pinned = format!("nginx@sha256:{}", "b".repeat(64));
+        assert!(
+            validate(&spec(&pinned), None, &Limits::default())
+                .warnings
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn names_must_be_dns_1035_labels() {
+        assert!(validate_name("web-1").is_none());
+        for bad in ["1web", "web-", "Web", "w.eb", &"a".repeat(64)] {
+            assert!(validate_name(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_never_override_user_names_and_are_idempotent() {
+        let defaults = [
+            env("LOG_LEVEL", "info"),
+            env("REGION", "eu"),
+            env("LOG_LEVEL", "debug"),
+        ];
+        let mut app = spec("app:1");
+        app.env = vec![env("REGION", "us")];
+        default(&mut app, &defaults);
+        assert_eq!(app.env, [env("REGION", "us"), env("LOG_LEVEL", "info")]);
+        let once = app.clone();
+        default(&mut app, &defaults);
+        assert_eq!(app, once);
+    }
+
+    #[test]
+    fn defaults_stop_at_the_env_limit() {
+        let mut app = spec("app:1");
+        app.env = (0..MAX_ENV).map(|i| env(&format!("E{i}"), "")).collect();
+        default(&mut app, &[env("EXTRA", "1")]);
+        assert_eq!(app.env.len(), MAX_ENV);
+    }
+
+    #[test]
+    fn default_env_flags_are_checked_at_parse_time() {
+        assert_eq!(parse_default_env("A=b=c").unwrap(), env("A", "b=c"));
+        assert_eq!(parse_default_env("EMPTY=").unwrap(), env("EMPTY", ""));
+        assert!(
+            parse_default_env("NOVALUE")
+                .unwrap_err()
+                .contains("NAME=VALUE")
+        );
+        assert!(
+            parse_default_env("1A=x")
+                .unwrap_err()
+                .contains("must not start with a digit")
+        );
+        assert!(parse_default_env("=x").is_err());
+    }
+}

@@ -1,0 +1,427 @@
+//! The thin async shell around `resources.rs`: watch MyApps and their children, apply what
+//! differs, report status, back off on errors.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{Future, StreamExt};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Service},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::{self, Action},
+        events::{Event, EventType, Recorder, Reporter},
+        predicates,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde_json::json;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::{
+    Error,
+    crd::{MyApp, Phase},
+    metrics::{Metrics, ResultLabels},
+    resources::{self, FIELD_MANAGER, Rollout},
+};
+
+/// The field manager that keeps `spec.replicas` of a Deployment when a MyApp stops setting it.
+pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";
+
+/// Tunables of the controller, set from the CLI.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// Safety-net requeue period of a healthy MyApp (jittered by up to 10 %).
+    pub resync: Duration,
+    /// Deadline of one reconcile.
+    pub reconcile_timeout: Duration,
+    /// First retry delay after an error; doubles per consecutive error of the same object.
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    pub backoff_cap: Duration,
+    /// Objects per page when a watch (re)lists: keeps relist memory peaks down.
+    pub page_size: u32,
+    /// Name of this replica for Events (the pod name in a cluster).
+    pub instance: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            resync: Duration::from_secs(300),
+            reconcile_timeout: Duration::from_secs(30),
+            backoff_base: Duration::from_millis(500),
+            backoff_cap: Duration::from_secs(300),
+            page_size: 50,
+            instance: None,
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    deployments: Store<Deployment>,
+    services: Store<Service>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    config: Config,
+    /// Consecutive failures per object; cleared by a success (kube-runtime keeps no such state).
+    failures: Mutex<HashMap<ObjectRef<MyApp>, u32>>,
+}
+
+/// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
+///
+/// `ready` fires once every watch cache has synced.
+pub async fn run(
+    client: Client,
+    config: Config,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ready: impl FnOnce() + Send + 'static,
+) {
+    let watch_config = watcher::Config::default().page_size(config.page_size);
+    let children_config = watch_config
+        .clone()
+        .labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+
+    let (apps, apps_writer) = reflector::store::<MyApp>();
+    let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(apps_writer)
+        .applied_objects()
+        // Status-only changes (our own status writes among them) do not trigger a reconcile.
+        .predicate_filter(predicates::generation, Default::default());
+
+    let (deployments, deployments_writer) = reflector::store::<Deployment>();
+    let deployment_events = watcher(
+        Api::<Deployment>::all(client.clone()),
+        children_config.clone(),
+    )
+    .default_backoff()
+    .modify(strip)
+    .reflect(deployments_writer)
+    .touched_objects();
+
+    let (services, services_writer) = reflector::store::<Service>();
+    let service_events = watcher(Api::<Service>::all(client.clone()), children_config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(services_writer)
+        .touched_objects();
+
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance: config.instance.clone(),
+    };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        deployments: deployments.clone(),
+        services: services.clone(),
+        metrics,
+        config: config.clone(),
+        failures: Mutex::default(),
+    });
+
+    let apps_cache = apps.clone();
+    tokio::spawn(async move {
+        let synced = async {
+            apps_cache.wait_until_ready().await.is_ok()
+                && deployments.wait_until_ready().await.is_ok()
+                && services.wait_until_ready().await.is_ok()
+        };
+        if synced.await {
+            info!("Caches synced");
+            ready();
+        }
+    });
+
+    Controller::for_stream(app_events, apps)
+        .owns_stream(deployment_events)
+        .owns_stream(service_events)
+        .with_config(controller::Config::default().concurrency(config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(%object, "Reconciled"),
+                Err(controller::Error::ReconcilerFailed(error, object)) => {
+                    warn!(%object, %error, "Reconcile failed")
+                }
+                Err(error) => warn!(%error, "Controller event"),
+            }
+        })
+        .await;
+    info!("Controller stopped");
+}
+
+/// Keeps only what the operator reads in the caches: `managedFields` is most of an object's
+/// size and nothing here reads it.
+fn strip<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// Brings one MyApp's children and status in line with its spec.
+pub async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let span = info_span!("reconcile", name = %app.name_any(), namespace = ?app.namespace());
+    let deadline = ctx.config.reconcile_timeout;
+    let result = tokio::time::timeout(deadline, reconcile_once(&app, &ctx).instrument(span))
+        .await
+        .unwrap_or(Err(Error::ReconcileDeadline(deadline)));
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    let label = ResultLabels {
+        result: if result.is_ok() { "success" } else { "error" },
+    };
+    ctx.metrics.reconciles.get_or_create(&label).inc();
+    let writes = result?;
+    if writes == 0 {
+        ctx.metrics.reconcile_noops.inc();
+    }
+    ctx.failures
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&ObjectRef::from_obj(app.as_ref()));
+    Ok(Action::requeue(jitter(ctx.config.resync, 0.1)))
+}
+
+/// Retries a failed object with exponential backoff and jitter, capped; other objects go on.
+pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
+    let attempt = {
+        let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures
+            .entry(ObjectRef::from_obj(app.as_ref()))
+            .or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(attempt, ctx.config.backoff_base, ctx.config.backoff_cap);
+    warn!(name = %app.name_any(), %error, attempt, ?delay, "Reconcile failed, retrying");
+    if attempt == 1 && !matches!(error, Error::CacheGone) {
+        // One Event per failure streak, not per retry: Events are for people.
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "ReconcileFailed".into(),
+            note: Some(error.to_string()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let reference = app.object_ref(&());
+        tokio::spawn(async move {
+            if let Err(error) = ctx.recorder.publish(&event, &reference).await {
+                warn!(%error, "Failed to publish Event");
+            }
+        });
+    }
+    Action::requeue(delay)
+}
+
+/// `base * 2^(attempt-1)`, capped, then jittered by ±20 % so failing objects spread out.
+pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    let exp = base.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1).min(30)));
+    jitter(exp.min(cap), 0.2)
+}
+
+fn jitter(d: Duration, spread: f64) -> Duration {
+    d.mul_f64(1.0 + spread * (2.0 * fastrand::f64() - 1.0))
+}
+
+/// One pass; returns the number of writes made.
+async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
+    let name = app.name_any();
+    let namespace = app
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    if app.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the children; there is nothing to converge towards.
+        return Ok(0);
+    }
+    ctx.deployments
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheGone)?;
+    ctx.services
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheGone)?;
+
+    let observed_deployment = ctx
+        .deployments
+        .get(&ObjectRef::new(&name).within(&namespace));
+    let observed_service = ctx.services.get(&ObjectRef::new(&name).within(&namespace));
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let mut writes = 0;
+
+    let desired = resources::deployment(app);
+    if observed_deployment
+        .as_deref()
+        .is_none_or(|o| !resources::is_applied(&desired, o))
+    {
+        let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
+        if let Some(replicas) = replicas_to_hand_over(app, observed_deployment.as_deref()) {
+            let keep = json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas},
+            });
+            api.patch(
+                &name,
+                &PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force(),
+                &Patch::Apply(&keep),
+            )
+            .await
+            .map_err(Error::HandOffReplicas)?;
+            ctx.metrics.wrote("replicas_handoff");
+            writes += 1;
+        }
+        api.patch(&name, &apply, &Patch::Apply(&desired))
+            .await
+            .map_err(Error::ApplyDeployment)?;
+        ctx.metrics.wrote("deployment");
+        writes += 1;
+        info!(%name, %namespace, "Applied Deployment");
+    }
+
+    let desired = resources::service(app);
+    if observed_service
+        .as_deref()
+        .is_none_or(|o| !resources::is_applied(&desired, o))
+    {
+        Api::<Service>::namespaced(ctx.client.clone(), &namespace)
+            .patch(&name, &apply, &Patch::Apply(&desired))
+            .await
+            .map_err(Error::ApplyService)?;
+        ctx.metrics.wrote("service");
+        writes += 1;
+        info!(%name, %namespace, "Applied Service");
+    }
+
+    let rollout = observed_deployment.as_deref().map(Rollout::from_deployment);
+    let status = resources::status(app, rollout.as_ref(), Timestamp::now());
+    if app.status.as_ref() != Some(&status) {
+        let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
+        Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
+            .patch_status(&name, &apply, &Patch::Apply(&patch))
+            .await
+            .map_err(Error::PatchStatus)?;
+        ctx.metrics.wrote("status");
+        writes += 1;
+        let before = app.status.as_ref().and_then(|s| s.phase);
+        if before != status.phase {
+            publish_phase_change(ctx, app, before, status.phase).await;
+        }
+    }
+    Ok(writes)
+}
+
+/// When a MyApp stops setting `spec.replicas`, the Deployment must keep its current count: a
+/// field its only manager stops applying is removed (and would default to 1). So the count
+/// is first applied by a second manager, which keeps owning it until the MyApp sets it again.
+fn replicas_to_hand_over(app: &MyApp, observed: Option<&Deployment>) -> Option<i32> {
+    let observed = observed?;
+    let we_set_it = observed
+        .annotations()
+        .get(resources::REPLICAS_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    (app.spec.replicas.is_none() && we_set_it)
+        .then(|| observed.spec.as_ref().and_then(|s| s.replicas))
+        .flatten()
+}
+
+async fn publish_phase_change(
+    ctx: &Context,
+    app: &MyApp,
+    before: Option<Phase>,
+    after: Option<Phase>,
+) {
+    let Some(after) = after else { return };
+    let type_ = if after == Phase::Degraded {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    let event = Event {
+        type_,
+        reason: format!("{after:?}"),
+        note: Some(match before {
+            Some(before) => format!("phase changed from {before:?} to {after:?}"),
+            None => format!("phase is {after:?}"),
+        }),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &app.object_ref(&())).await {
+        warn!(%error, "Failed to publish Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::MyAppSpec;
+
+    #[test]
+    fn backoff_doubles_per_attempt_and_stops_at_the_cap() {
+        let base = Duration::from_millis(100);
+        let cap = Duration::from_secs(10);
+        for (attempt, nominal) in [
+            (1, 100u64),
+            (2, 200),
+            (3, 400),
+            (7, 6400),
+            (8, 10_000),
+            (40, 10_000),
+        ] {
+            let d = backoff(attempt, base, cap).as_millis() as u64;
+            assert!(
+                d >= nominal * 8 / 10 && d <= nominal * 12 / 10,
+                "attempt {attempt}: {d} ms, nominal {nominal}"
+            );
+        }
+    }
+
+    #[test]
+    fn replicas_are_handed_over_only_when_the_spec_stops_setting_them() {
+        let mut app = MyApp::new(
+            "web",
+            MyAppSpec {
+                replicas: Some(5),
+                image: "nginx".into(),
+                port: 80,
+                env: vec![],
+            },
+        );
+        app.metadata.namespace = Some("ns".into());
+        let applied = resources::deployment(&app);
+        assert_eq!(
+            replicas_to_hand_over(&app, Some(&applied)),
+            None,
+            "spec still sets replicas"
+        );
+        app.spec.replicas = None;
+        assert_eq!(replicas_to_hand_over(&app, Some(&applied)), Some(5));
+        let unmanaged = resources::deployment(&app);
+        assert_eq!(
+            replicas_to_hand_over(&app, Some(&unmanaged)),
+            None,
+            "we never set them"
+        );
+        assert_eq!(replicas_to_hand_over(&app, None), None);
+    }
+}

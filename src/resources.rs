@@ -1,0 +1,693 @@
+//! Desired state as pure functions: the Deployment and Service a MyApp asks for, whether an
+//! observed child already holds what we would apply, and the status a MyApp should report.
+//!
+//! Nothing here talks to the API; `controller.rs` is the thin async shell around it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, DeploymentSpec},
+        core::v1::{
+            Container, ContainerPort, EnvVar, PodSpec, PodTemplateSpec, Service, ServicePort,
+            ServiceSpec,
+        },
+    },
+    apimachinery::pkg::{
+        apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time},
+        util::intstr::IntOrString,
+    },
+    jiff::Timestamp,
+};
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use crate::crd::{MyApp, MyAppStatus, Phase};
+
+/// The field manager of every write the operator makes (server-side apply).
+pub const FIELD_MANAGER: &str = "myapp-operator";
+/// `app.kubernetes.io/name` of every child: what kind of application this is.
+pub const APP_NAME: &str = "myapp";
+/// Annotation on each child: a digest of the configuration last applied to it. A removed field
+/// (an env entry, `replicas`) leaves no trace in the observed object that a comparison could
+/// see, so the digest is what tells that the applied configuration changed.
+pub const APPLIED_DIGEST_ANNOTATION: &str = "example.com/applied-digest";
+/// Annotation on the Deployment, `"true"` when the operator sets its `spec.replicas`: the
+/// controller reads it to hand the count over when a MyApp stops setting it.
+pub const REPLICAS_ANNOTATION: &str = "example.com/replicas-managed";
+/// Name of the container (and of its port) in the Deployment's pod template.
+pub const PORT_NAME: &str = "http";
+
+/// How long available replicas may stay below desired before the app counts as Degraded.
+pub const DEGRADED_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Labels every child carries. The pod selector is a subset that depends only on the MyApp's
+/// name, so it never changes for the life of the MyApp (a Deployment's selector is immutable).
+pub fn labels(app: &MyApp) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(app);
+    labels.insert("app.kubernetes.io/managed-by".into(), FIELD_MANAGER.into());
+    labels
+}
+
+/// The pod selector of the app's Deployment and Service.
+pub fn selector_labels(app: &MyApp) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), APP_NAME.into()),
+        ("app.kubernetes.io/instance".into(), app.name_any()),
+    ])
+}
+
+/// The selector in string form, as `status.selector` (and the scale subresource) report it.
+pub fn selector_string(app: &MyApp) -> String {
+    selector_labels(app)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn child_meta(app: &MyApp) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(app.name_any()),
+        namespace: app.namespace(),
+        labels: Some(labels(app)),
+        owner_references: app.controller_owner_ref(&()).map(|owner| vec![owner]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The Deployment a MyApp asks for. `replicas` is set only when the spec sets it, so that an
+/// autoscaler or `kubectl scale` owns the count otherwise.
+pub fn deployment(app: &MyApp) -> Deployment {
+    let spec = &app.spec;
+    let env: Vec<EnvVar> = spec
+        .env
+        .iter()
+        .map(|e| EnvVar {
+            name: e.name.clone(),
+            value: Some(e.value.clone()),
+            value_from: None,
+        })
+        .collect();
+    let container = Container {
+        name: app.name_any(),
+        image: Some(spec.image.clone()),
+        ports: Some(vec![ContainerPort {
+            name: Some(PORT_NAME.into()),
+            container_port: spec.port,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        env: (!env.is_empty()).then_some(env),
+        ..Container::default()
+    };
+    let mut metadata = child_meta(app);
+    if spec.replicas.is_some() {
+        metadata.annotations = Some(BTreeMap::from([(
+            REPLICAS_ANNOTATION.into(),
+            "true".into(),
+        )]));
+    }
+    with_digest(Deployment {
+        metadata,
+        spec: Some(DeploymentSpec {
+            replicas: spec.replicas,
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(app)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(app)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The ClusterIP Service a MyApp asks for: the app's port, to the container's named port.
+pub fn service(app: &MyApp) -> Service {
+    with_digest(Service {
+        metadata: child_meta(app),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_labels(app)),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.into()),
+                port: app.spec.port,
+                target_port: Some(IntOrString::String(PORT_NAME.into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// Stamps the digest of the object's own content into its annotations.
+fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> K {
+    let digest = digest(&serde_json::to_value(&object).unwrap_or(Value::Null));
+    object
+        .meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(APPLIED_DIGEST_ANNOTATION.into(), digest);
+    object
+}
+
+/// FNV-1a over the canonical JSON text (serde_json maps are sorted): stable across builds and
+/// Rust versions, unlike `DefaultHasher`, so an upgrade does not rewrite every child.
+fn digest(value: &Value) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in value.to_string().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Whether `observed` already holds everything `desired` would apply, so applying is a no-op.
+///
+/// The observed object carries the API server's defaults and other managers' fields, so this
+/// compares only what `desired` sets: every field of `desired` must be present and equal in
+/// `observed`; lists match when each desired item is contained in some observed item. Fields we
+/// stopped applying are caught by the digest annotation, which is part of `desired`.
+pub fn is_applied<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
+    match (
+        serde_json::to_value(desired),
+        serde_json::to_value(observed),
+    ) {
+        (Ok(d), Ok(o)) => contains(&o, &d),
+        _ => false,
+    }
+}
+
+fn contains(observed: &Value, desired: &Value) -> bool {
+    match (observed, desired) {
+        (_, Value::Null) => true,
+        (Value::Object(o), Value::Object(d)) => d
+            .iter()
+            .all(|(k, dv)| o.get(k).is_some_and(|ov| contains(ov, dv)) || dv.is_null()),
+        (Value::Array(o), Value::Array(d)) => {
+            d.iter().all(|dv| o.iter().any(|ov| contains(ov, dv)))
+        }
+        (o, d) => o == d,
+    }
+}
+
+// === status ===
+
+/// What the observed Deployment says, reduced to what status needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rollout {
+    /// `metadata.generation` of the Deployment.
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`: the Deployment controller has seen this generation.
+    pub observed_generation: Option<i64>,
+    /// `spec.replicas` (the API server defaults it to 1).
+    pub desired: i32,
+    pub replicas: i32,
+    pub updated: i32,
+    pub available: i32,
+    /// The `Progressing` condition says `ProgressDeadlineExceeded`.
+    pub deadline_exceeded: bool,
+    /// Since when the `Available` condition has been `False`, if it is.
+    pub unavailable_since: Option<Timestamp>,
+}
+
+impl Rollout {
+    /// Reads a Deployment as observed from the API.
+    pub fn from_deployment(d: &Deployment) -> Self {
+        let status = d.status.clone().unwrap_or_default();
+        let conditions = status.conditions.unwrap_or_default();
+        let condition = |t: &str| conditions.iter().find(|c| c.type_ == t);
+        Self {
+            generation: d.metadata.generation,
+            observed_generation: status.observed_generation,
+            desired: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            replicas: status.replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
+            deadline_exceeded: condition("Progressing").is_some_and(|c| {
+                c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+            }),
+            unavailable_since: condition("Available")
+                .filter(|c| c.status == "False")
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
+        }
+    }
+
+    fn is_current(&self) -> bool {
+        self.generation.is_some() && self.observed_generation >= self.generation
+    }
+
+    fn is_complete(&self) -> bool {
+        self.is_current()
+            && self.updated == self.desired
+            && self.replicas == self.desired
+            && self.available == self.desired
+    }
+}
+
+/// The phase, derived in this order:
+/// - `Pending`: no Deployment observed yet, or its controller has not yet observed its current
+///   generation (nothing is known about the current spec);
+/// - `Degraded`: the rollout failed (`Progressing=False`, `ProgressDeadlineExceeded`), or the
+///   Deployment has reported `Available=False` for longer than [`DEGRADED_AFTER`];
+/// - `Running`: every desired replica is updated and available, and no old ones remain;
+/// - `Progressing`: anything else (rolling out, scaling).
+pub fn phase(rollout: Option<&Rollout>, now: Timestamp) -> Phase {
+    let Some(r) = rollout.filter(|r| r.is_current()) else {
+        return Phase::Pending;
+    };
+    let unavailable_too_long = r.unavailable_since.is_some_and(|since| {
+        now.duration_since(since).as_secs() >= DEGRADED_AFTER.as_secs() as i64
+    });
+    if r.deadline_exceeded || unavailable_too_long {
+        Phase::Degraded
+    } else if r.is_complete() {
+        Phase::Running
+    } else {
+        Phase::Progressing
+    }
+}
+
+/// The status a MyApp should report, given its Deployment as observed and its current status
+/// (whose conditions keep their `lastTransitionTime` unless their status flips).
+pub fn status(app: &MyApp, rollout: Option<&Rollout>, now: Timestamp) -> MyAppStatus {
+    let phase = phase(rollout, now);
+    let generation = app.metadata.generation;
+    let previous = app
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let (desired, available) = rollout.map_or((app.spec.replicas.unwrap_or(0), 0), |r| {
+        (r.desired, r.available)
+    });
+    let availability = format!("{available}/{desired} replicas available");
+    let (ready, progressing, degraded) = match phase {
+        Phase::Pending => (
+            (
+                "False",
+                "Pending",
+                "waiting for the Deployment to observe the current spec".to_owned(),
+            ),
+            (
+                "True",
+                "Pending",
+                "waiting for the Deployment to observe the current spec".to_owned(),
+            ),
+            ("False", "AsExpected", availability.clone()),
+        ),
+        Phase::Progressing => (
+            ("False", "RollingOut", availability.clone()),
+            ("True", "RollingOut", availability.clone()),
+            ("False", "AsExpected", availability.clone()),
+        ),
+        Phase::Running => (
+            ("True", "Available", availability.clone()),
+            ("False", "RolloutComplete", availability.clone()),
+            ("False", "AsExpected", availability.clone()),
+        ),
+        Phase::Degraded => {
+            let reason = if rollout.is_some_and(|r| r.deadline_exceeded) {
+                "ProgressDeadlineExceeded"
+            } else {
+                "Unavailable"
+            };
+            (
+                ("False", reason, availability.clone()),
+                ("False", reason, availability.clone()),
+                ("True", reason, availability.clone()),
+            )
+        }
+    };
+    let conditions = [
+        ("Ready", ready),
+        ("Progressing", progressing),
+        ("Degraded", degraded),
+    ]
+    .into_iter()
+    .map(|(type_, (status, reason, message))| {
+        condition(previous, type_, status, reason, message, generation, now)
+    })
+    .collect();
+    MyAppStatus {
+        observed_generation: generation,
+        replicas: rollout.map(|r| r.replicas),
+        available_replicas: rollout.map(|r| r.available),
+        phase: Some(phase),
+        selector: Some(selector_string(app)),
+        conditions,
+    }
+}
+
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or(Time(now), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{EnvVar as AppEnv, MyAppSpec};
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use serde_json::json;
+
+    // === fixtures ===
+
+    fn app() -> MyApp {
+        let mut app = MyApp::new(
+            "web",
+            MyAppSpec {
+                replicas: Some(3),
+                image: "ghcr.io/example/web:1.4.2".into(),
+                port: 8080,
+                env: vec![],
+            },
+        );
+        app.metadata.namespace = Some("shop".into());
+        app.metadata.uid = Some("6f1c0e62-0000-4000-8000-000000000001".into());
+        app.metadata.generation = Some(2);
+        app
+    }
+
+    fn with_env(mut app: MyApp, pairs: &[(&str, &str)]) -> MyApp {
+        app.spec.env = pairs
+            .iter()
+            .map(|(n, v)| AppEnv {
+                name: (*n).into(),
+                value: (*v).into(),
+            })
+            .collect();
+        app
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    /// The Deployment as a cluster returns it after an apply: defaults, server fields, status,
+    /// and a field another manager added.
+    fn as_observed(d: &Deployment) -> Deployment {
+        let mut v = serde_json::to_value(d).unwrap();
+        v["metadata"]["uid"] = json!("d-uid");
+        v["metadata"]["resourceVersion"] = json!("42");
+        v["metadata"]["generation"] = json!(1);
+        v["metadata"]["managedFields"] = json!([{"manager": FIELD_MANAGER, "operation": "Apply"}]);
+        v["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("1");
+        v["spec"]["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}});
+        v["spec"]["revisionHistoryLimit"] = json!(10);
+        v["spec"]["progressDeadlineSeconds"] = json!(600);
+        let c = &mut v["spec"]["template"]["spec"]["containers"][0];
+        c["imagePullPolicy"] = json!("IfNotPresent");
+        c["terminationMessagePath"] = json!("/dev/termination-log");
+        c["resources"] = json!({});
+        v["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
+        v["spec"]["template"]["spec"]["dnsPolicy"] = json!("ClusterFirst");
+        v["status"] = json!({"observedGeneration": 1, "replicas": 3});
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn rollout(desired: i32, updated: i32, available: i32) -> Rollout {
+        Rollout {
+            generation: Some(4),
+            observed_generation: Some(4),
+            desired,
+            replicas: desired,
+            updated,
+            available,
+            ..Rollout::default()
+        }
+    }
+
+    // === children ===
+
+    #[test]
+    fn deployment_is_owned_by_its_myapp_and_runs_its_spec() {
+        let d = deployment(&with_env(app(), &[("LOG_LEVEL", "info")]));
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(v["metadata"]["name"], "web");
+        assert_eq!(v["metadata"]["namespace"], "shop");
+        assert_eq!(
+            v["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "example.com/v1", "kind": "MyApp", "name": "web",
+                    "uid": "6f1c0e62-0000-4000-8000-000000000001", "controller": true}])
+        );
+        assert_eq!(
+            v["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            FIELD_MANAGER
+        );
+        assert_eq!(v["spec"]["replicas"], 3);
+        let c = &v["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["name"], "web");
+        assert_eq!(c["image"], "ghcr.io/example/web:1.4.2");
+        assert_eq!(
+            c["ports"],
+            json!([{"name": "http", "containerPort": 8080, "protocol": "TCP"}])
+        );
+        assert_eq!(c["env"], json!([{"name": "LOG_LEVEL", "value": "info"}]));
+    }
+
+    #[test]
+    fn deployment_leaves_replicas_to_others_when_the_spec_does() {
+        let mut a = app();
+        a.spec.replicas = None;
+        let v = serde_json::to_value(deployment(&a)).unwrap();
+        assert!(v["spec"].get("replicas").is_none(), "{v}");
+    }
+
+    #[test]
+    fn selector_depends_only_on_the_name() {
+        let before = deployment(&app());
+        let mut changed = with_env(app(), &[("A", "1")]);
+        changed.spec.image = "nginx:2".into();
+        changed.spec.port = 9000;
+        changed.spec.replicas = None;
+        let after = deployment(&changed);
+        assert_eq!(before.spec.unwrap().selector, after.spec.unwrap().selector);
+        assert_eq!(
+            selector_string(&app()),
+            "app.kubernetes.io/instance=web,app.kubernetes.io/name=myapp"
+        );
+    }
+
+    #[test]
+    fn service_exposes_the_port_to_the_named_container_port() {
+        let v = serde_json::to_value(service(&app())).unwrap();
+        assert_eq!(v["spec"]["type"], "ClusterIP");
+        assert_eq!(
+            v["spec"]["selector"],
+            json!({"app.kubernetes.io/instance": "web", "app.kubernetes.io/name": "myapp"})
+        );
+        assert_eq!(
+            v["spec"]["ports"],
+            json!([{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}])
+        );
+        assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
+    }
+
+    // === comparison ===
+
+    #[test]
+    fn an_observed_child_with_server_defaults_counts_as_applied() {
+        let desired = deployment(&with_env(app(), &[("A", "1")]));
+        assert!(is_applied(&desired, &as_observed(&desired)));
+    }
+
+    #[test]
+    fn another_managers_extra_env_entry_does_not_cause_a_write() {
+        let desired = deployment(&with_env(app(), &[("A", "1")]));
+        let mut observed = serde_json::to_value(as_observed(&desired)).unwrap();
+        observed["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "INJECTED", "value": "by a sidecar injector"}));
+        assert!(is_applied(
+            &desired,
+            &serde_json::from_value(observed).unwrap()
+        ));
+    }
+
+    #[test]
+    fn a_changed_or_drifted_field_needs_an_apply() {
+        let desired = deployment(&app());
+        let mut observed = serde_json::to_value(as_observed(&desired)).unwrap();
+        observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
+        assert!(!is_applied(
+            &desired,
+            &serde_json::from_value(observed).unwrap()
+        ));
+    }
+
+    #[test]
+    fn a_field_removed_from_the_spec_needs_an_apply() {
+        let before = deployment(&with_env(app(), &[("A", "1"), ("B", "2")]));
+        let after = deployment(&with_env(app(), &[("A", "1")]));
+        // Without the digest, `after` would be contained in what `before` left behind.
+        assert!(!is_applied(&after, &as_observed(&before)));
+        let mut unscaled = app();
+        unscaled.spec.replicas = None;
+        assert!(!is_applied(
+            &deployment(&unscaled),
+            &as_observed(&deployment(&app()))
+        ));
+    }
+
+    // === status ===
+
+    #[test]
+    fn phase_follows_the_rollout() {
+        let now = at(10_000);
+        assert_eq!(phase(None, now), Phase::Pending);
+        let stale = Rollout {
+            observed_generation: Some(3),
+            ..rollout(3, 3, 3)
+        };
+        assert_eq!(phase(Some(&stale), now), Phase::Pending);
+        assert_eq!(phase(Some(&rollout(3, 3, 3)), now), Phase::Running);
+        assert_eq!(phase(Some(&rollout(3, 1, 2)), now), Phase::Progressing);
+        let surplus = Rollout {
+            replicas: 4,
+            ..rollout(3, 3, 3)
+        };
+        assert_eq!(
+            phase(Some(&surplus), now),
+            Phase::Progressing,
+            "old pods still terminating"
+        );
+        let failed = Rollout {
+            deadline_exceeded: true,
+            ..rollout(3, 1, 1)
+        };
+        assert_eq!(phase(Some(&failed), now), Phase::Degraded);
+        let briefly = Rollout {
+            unavailable_since: Some(at(10_000 - 60)),
+            ..rollout(3, 3, 1)
+        };
+        assert_eq!(phase(Some(&briefly), now), Phase::Progressing);
+        let long = Rollout {
+            unavailable_since: Some(at(10_000 - 301)),
+            ..rollout(3, 3, 1)
+        };
+        assert_eq!(phase(Some(&long), now), Phase::Degraded);
+    }
+
+    #[test]
+    fn rollout_reads_a_failed_deployment() {
+        let mut d = deployment(&app());
+        d.metadata.generation = Some(5);
+        d.status = Some(DeploymentStatus {
+            observed_generation: Some(5),
+            replicas: Some(3),
+            updated_replicas: Some(3),
+            available_replicas: Some(1),
+            conditions: Some(vec![
+                DeploymentCondition {
+                    type_: "Progressing".into(),
+                    status: "False".into(),
+                    reason: Some("ProgressDeadlineExceeded".into()),
+                    ..DeploymentCondition::default()
+                },
+                DeploymentCondition {
+                    type_: "Available".into(),
+                    status: "False".into(),
+                    last_transition_time: Some(Time(at(0))),
+                    ..DeploymentCondition::default()
+                },
+            ]),
+            ..DeploymentStatus::default()
+        });
+        let r = Rollout::from_deployment(&d);
+        assert_eq!(
+            (r.desired, r.replicas, r.updated, r.available),
+            (3, 3, 3, 1)
+        );
+        assert!(r.deadline_exceeded);
+        assert_eq!(r.unavailable_since, Some(at(0)));
+        assert_eq!(phase(Some(&r), at(1)), Phase::Degraded);
+    }
+
+    #[test]
+    fn status_reports_counts_selector_and_generation() {
+        let s = status(&app(), Some(&rollout(3, 3, 2)), at(0));
+        assert_eq!(s.observed_generation, Some(2));
+        assert_eq!((s.replicas, s.available_replicas), (Some(3), Some(2)));
+        assert_eq!(s.phase, Some(Phase::Progressing));
+        assert_eq!(
+            s.selector.as_deref(),
+            Some("app.kubernetes.io/instance=web,app.kubernetes.io/name=myapp")
+        );
+        let types: Vec<(&str, &str)> = s
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("Ready", "False"),
+                ("Progressing", "True"),
+                ("Degraded", "False")
+            ]
+        );
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(2))
+        );
+    }
+
+    #[test]
+    fn status_is_unchanged_when_nothing_changed_so_no_write_is_needed() {
+        let mut a = app();
+        a.status = Some(status(&a, Some(&rollout(3, 3, 3)), at(0)));
+        let again = status(&a, Some(&rollout(3, 3, 3)), at(500));
+        assert_eq!(a.status.as_ref(), Some(&again));
+    }
+
+    #[test]
+    fn condition_transition_time_changes_only_on_a_flip() {
+        let mut a = app();
+        a.status = Some(status(&a, Some(&rollout(3, 3, 2)), at(0)));
+        let s = status(&a, Some(&rollout(3, 3, 3)), at(100));
+        let time = |s: &MyAppStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .last_transition_time
+                .0
+        };
+        assert_eq!(time(&s, "Ready"), at(100), "Ready flipped to True");
+        assert_eq!(time(&s, "Degraded"), at(0), "Degraded stayed False");
+    }
+}

@@ -1,0 +1,388 @@
+//! The MyApp admission rules through the webhook router, in-process: the examples, the patch,
+//! and properties tying the webhook to the CRD schema and its CEL rules.
+
+use std::{path::Path, sync::OnceLock};
+
+use axum::{Router, body::Body, http::Request};
+use base64::Engine as _;
+use http_body_util::BodyExt as _;
+use kube::CustomResourceExt;
+use kube_sandbox::schema::CrdSchema;
+use myapp_operator::{
+    admission::{self, AdmissionConfig, Limits, MUTATE_PATH, VALIDATE_PATH},
+    crd::{EnvVar, MAX_ENV, MAX_ENV_VALUE_LEN, MyApp, MyAppSpec},
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    })
+}
+
+fn schema() -> &'static CrdSchema {
+    static SCHEMA: OnceLock<CrdSchema> = OnceLock::new();
+    SCHEMA.get_or_init(|| CrdSchema::from_crd(&MyApp::crd(), "v1").unwrap())
+}
+
+fn config() -> AdmissionConfig {
+    AdmissionConfig {
+        max_replicas: 100,
+        default_env: vec![
+            admission::parse_default_env("LOG_LEVEL=info").unwrap(),
+            admission::parse_default_env("REGION=eu-1").unwrap(),
+        ],
+    }
+}
+
+fn review(operation: &str, object: &Value, old: Option<&Value>) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "3f1b7d2c-0000-4000-8000-000000000001",
+            "kind": {"group": "example.com", "version": "v1", "kind": "MyApp"},
+            "resource": {"group": "example.com", "version": "v1", "resource": "myapps"},
+            "name": object["metadata"]["name"],
+            "namespace": "default",
+            "operation": operation,
+            "userInfo": {"username": "alice"},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+        }
+    })
+}
+
+/// The `response` of an answer from `router`.
+fn call(router: &Router, path: &str, review: &Value) -> Value {
+    let request = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(review.to_string()))
+        .unwrap();
+    runtime().block_on(async {
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            answer["response"]["uid"],
+            "3f1b7d2c-0000-4000-8000-000000000001"
+        );
+        answer["response"].clone()
+    })
+}
+
+fn patch_of(response: &Value) -> Option<Value> {
+    let encoded = response.get("patch")?.as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap();
+    Some(serde_json::from_slice(&bytes).unwrap())
+}
+
+fn apply(object: &Value, patch: &Value) -> Value {
+    let mut object = object.clone();
+    let patch: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
+    json_patch::patch(&mut object, &patch).unwrap();
+    object
+}
+
+fn example(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/examples")
+        .join(name);
+    serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn each_invalid_example_is_denied_naming_the_field() {
+    let router = admission::router(config());
+    for (name, field) in [
+        ("invalid-replicas-negative.yaml", "spec.replicas"),
+        ("invalid-port-zero.yaml", "spec.port"),
+        ("invalid-port-too-large.yaml", "spec.port"),
+        ("invalid-image-empty.yaml", "spec.image"),
+        ("invalid-image-not-a-reference.yaml", "spec.image"),
+        ("invalid-env-duplicate-name.yaml", "spec.env[1].name"),
+        ("invalid-env-bad-name.yaml", "spec.env[0].name"),
+        ("invalid-name-not-dns-label.yaml", "metadata.name"),
+    ] {
+        let response = call(
+            &router,
+            VALIDATE_PATH,
+            &review("CREATE", &example(name), None),
+        );
+        assert_eq!(response["allowed"], false, "{name}");
+        assert_eq!(response["status"]["code"], 422, "{name}");
+        assert_eq!(response["status"]["reason"], "Invalid", "{name}");
+        assert_eq!(
+            response["status"]["details"]["causes"][0]["field"], field,
+            "{name}: {response}"
+        );
+        assert!(
+            response["status"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("MyApp.example.com \""),
+            "{name}: {response}"
+        );
+    }
+}
+
+#[test]
+fn the_valid_examples_are_allowed_and_a_latest_image_draws_a_warning() {
+    let router = admission::router(config());
+    for name in ["myapp.yaml", "myapp-autoscaled.yaml"] {
+        let response = call(
+            &router,
+            VALIDATE_PATH,
+            &review("CREATE", &example(name), None),
+        );
+        assert_eq!(response["allowed"], true, "{name}: {response}");
+    }
+    let mut latest = example("myapp.yaml");
+    latest["spec"]["image"] = json!("nginx:latest");
+    let response = call(&router, VALIDATE_PATH, &review("CREATE", &latest, None));
+    assert_eq!(response["allowed"], true);
+    assert_eq!(
+        response["warnings"],
+        json!(["spec.image uses :latest; pin a version or digest"])
+    );
+}
+
+#[test]
+fn the_configured_maximum_applies_and_ratchets_on_unchanged_updates() {
+    let router = admission::router(config());
+    let mut app = example("myapp.yaml");
+    app["spec"]["replicas"] = json!(101);
+    let create = call(&router, VALIDATE_PATH, &review("CREATE", &app, None));
+    assert_eq!(create["allowed"], false);
+    let mut relabelled = app.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "a"});
+    let update = call(
+        &router,
+        VALIDATE_PATH,
+        &review("UPDATE", &relabelled, Some(&app)),
+    );
+    assert_eq!(update["allowed"], true, "{update}");
+    assert_eq!(update["warnings"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn mutation_appends_env_defaults_without_touching_user_names() {
+    let router = admission::router(config());
+    let mut app = example("myapp.yaml");
+    app["spec"]["env"] = json!([{"name": "REGION", "value": "us-2"}]);
+    let response = call(&router, MUTATE_PATH, &review("CREATE", &app, None));
+    assert_eq!(response["patchType"], "JSONPatch");
+    assert_eq!(
+        patch_of(&response).unwrap(),
+        json!([{"op": "add", "path": "/spec/env/1", "value": {"name": "LOG_LEVEL", "value": "info"}}])
+    );
+
+    let mut bare = example("myapp.yaml");
+    bare["spec"].as_object_mut().unwrap().remove("env");
+    let response = call(&router, MUTATE_PATH, &review("CREATE", &bare, None));
+    assert_eq!(
+        patch_of(&response).unwrap(),
+        json!([{"op": "add", "path": "/spec/env", "value": [
+            {"name": "LOG_LEVEL", "value": "info"}, {"name": "REGION", "value": "eu-1"}]}])
+    );
+
+    let without_defaults = admission::router(AdmissionConfig::default());
+    let response = call(
+        &without_defaults,
+        MUTATE_PATH,
+        &review("CREATE", &bare, None),
+    );
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+}
+
+// === Properties ===
+
+fn image() -> impl Strategy<Value = String> {
+    let hex = "[0-9a-f]{60,66}";
+    prop_oneof![
+        // Plausible references, with and without registry, tag and digest.
+        (
+            prop::option::of(prop_oneof![
+                Just("ghcr.io".to_owned()),
+                Just("localhost:5000".to_owned()),
+                "[a-zA-Z0-9-]{1,6}\\.[a-z]{2,3}(:[0-9]{1,5})?",
+            ]),
+            "[a-z0-9]{1,5}(([._]|__|-{1,2})[a-z0-9]{1,4})?(/[a-z0-9]{1,5})?",
+            prop::option::of("[a-zA-Z0-9_][a-zA-Z0-9._-]{0,8}"),
+            prop::option::of(hex.prop_map(|h| format!("sha256:{h}"))),
+        )
+            .prop_map(|(domain, path, tag, digest)| {
+                let mut image = domain.map(|d| format!("{d}/")).unwrap_or_default();
+                image.push_str(&path);
+                if let Some(tag) = tag {
+                    image = format!("{image}:{tag}");
+                }
+                if let Some(digest) = digest {
+                    image = format!("{image}@{digest}");
+                }
+                image
+            }),
+        // Anything made of the characters references use.
+        "[a-zA-Z0-9:/@._-]{0,24}",
+        Just(String::new()),
+        Just(format!("r.io/{}", "a".repeat(300))),
+    ]
+}
+
+fn env_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[A-Z_][A-Z0-9_]{0,6}",
+        "[-._a-zA-Z0-9]{0,5}",
+        Just(".".to_owned()),
+        Just("..".to_owned()),
+        Just("..x".to_owned()),
+        Just("DUP".to_owned()),
+        Just("N".repeat(129)),
+    ]
+}
+
+fn env_list() -> impl Strategy<Value = Option<Vec<Value>>> {
+    let entry = (
+        env_name(),
+        prop_oneof![
+            4 => "[a-z]{0,4}",
+            1 => Just("v".repeat(MAX_ENV_VALUE_LEN + 1)),
+            1 => Just("é".repeat(MAX_ENV_VALUE_LEN / 2 + 1)),
+        ],
+    )
+        .prop_map(|(name, value)| json!({"name": name, "value": value}));
+    prop::option::of(prop_oneof![
+        4 => prop::collection::vec(entry, 0..5),
+        1 => (MAX_ENV - 1..=MAX_ENV + 1).prop_map(|n| {
+            (0..n).map(|i| json!({"name": format!("E{i}"), "value": ""})).collect()
+        }),
+    ])
+}
+
+fn myapp() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof![
+            "[a-z][a-z0-9-]{0,8}[a-z0-9]",
+            "[a-zA-Z0-9.-]{1,10}",
+            Just("a".repeat(64)),
+        ],
+        prop::option::of(prop_oneof![
+            -3i64..4,
+            98i64..103,
+            997i64..1003,
+            Just(1i64 << 40)
+        ]),
+        image(),
+        prop_oneof![-2i64..3, 65533i64..65538, Just(8080i64)],
+        env_list(),
+        any::<bool>(),
+    )
+        .prop_map(|(name, replicas, image, port, env, extra)| {
+            let mut spec = json!({"image": image, "port": port});
+            if let Some(replicas) = replicas {
+                spec["replicas"] = json!(replicas);
+            }
+            if let Some(env) = env {
+                spec["env"] = Value::from(env);
+            }
+            if extra {
+                spec["unknownToTheSchema"] = json!({"kept": [1, "two"]});
+            }
+            json!({
+                "apiVersion": "example.com/v1",
+                "kind": "MyApp",
+                "metadata": {"name": name, "namespace": "default",
+                             "annotations": {"note": "untouched"}},
+                "spec": spec,
+            })
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Empty names are not generated: the API server either generates the name (generateName)
+    /// or refuses the request before the schema or any webhook sees it.
+    #[test]
+    fn whatever_the_crd_schema_or_cel_rejects_the_webhook_denies(object in myapp()) {
+        // The API server prunes and defaults before admission, then validates after.
+        let mut admitted = object.clone();
+        schema().prune(&mut admitted);
+        schema().apply_defaults(&mut admitted);
+        let schema_errors = schema().validate(&admitted, None);
+        let router = admission::router(AdmissionConfig::default());
+        let response = call(&router, VALIDATE_PATH, &review("CREATE", &admitted, None));
+        if !schema_errors.is_empty() {
+            prop_assert_eq!(
+                &response["allowed"], &json!(false),
+                "schema rejects {:?} but the webhook allowed {}", schema_errors, admitted
+            );
+        }
+    }
+
+    #[test]
+    fn mutation_patches_apply_keep_unknown_fields_are_idempotent_and_never_invalidate(
+        object in myapp()
+    ) {
+        let router = admission::router(config());
+        let response = call(&router, MUTATE_PATH, &review("CREATE", &object, None));
+        if response["allowed"] == json!(false) {
+            // Only a spec that does not parse as MyAppSpec is refused, with a 400.
+            prop_assert_eq!(&response["status"]["code"], &json!(400));
+            return Ok(());
+        }
+        let patched = match patch_of(&response) {
+            Some(patch) => apply(&object, &patch),
+            None => object.clone(),
+        };
+        prop_assert_eq!(&patched["metadata"], &object["metadata"]);
+        prop_assert_eq!(
+            patched["spec"].get("unknownToTheSchema"), object["spec"].get("unknownToTheSchema")
+        );
+        let again = call(&router, MUTATE_PATH, &review("UPDATE", &patched, Some(&object)));
+        prop_assert!(again.get("patch").is_none(), "second run patched {:?}", patch_of(&again));
+
+        let before = call(&router, VALIDATE_PATH, &review("CREATE", &object, None));
+        if before["allowed"] == json!(true) {
+            let after = call(&router, VALIDATE_PATH, &review("CREATE", &patched, None));
+            prop_assert_eq!(&after["allowed"], &json!(true), "{}", after);
+        }
+    }
+
+    #[test]
+    fn validate_of_default_never_denies_a_spec_that_validates(
+        replicas in prop::option::of(-1i32..5),
+        names in prop::collection::vec("[A-C]{1,2}", 0..6),
+        defaults in prop::collection::vec(("[A-D]{1,2}", "[a-z]{0,3}"), 0..5),
+    ) {
+        let spec = MyAppSpec {
+            replicas,
+            image: "ghcr.io/example/web:1.4.2".to_owned(),
+            port: 8080,
+            env: names.iter().map(|n| EnvVar { name: n.clone(), value: String::new() }).collect(),
+        };
+        let defaults: Vec<EnvVar> = defaults
+            .into_iter()
+            .map(|(name, value)| admission::parse_default_env(&format!("{name}={value}")).unwrap())
+            .collect();
+        let limits = Limits::default();
+        if admission::validate(&spec, None, &limits).violations.is_empty() {
+            let mut defaulted = spec.clone();
+            admission::default(&mut defaulted, &defaults);
+            prop_assert!(admission::validate(&defaulted, None, &limits).violations.is_empty());
+            let mut twice = defaulted.clone();
+            admission::default(&mut twice, &defaults);
+            prop_assert_eq!(twice, defaulted);
+        }
+    }
+}

@@ -1,0 +1,839 @@
+//! `AdmissionReview` plumbing: typed rules in, route handlers out.
+//!
+//! [`validating`] and [`mutating`] turn a plain function over a typed object into an axum
+//! [`MethodRouter`] that speaks `admission.k8s.io/v1`. The answers to bad input are listed in the
+//! crate documentation.
+
+use std::{
+    any::type_name,
+    borrow::Cow,
+    fmt,
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::Arc,
+};
+
+use axum::{
+    body::Body,
+    extract::Request,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::MethodRouter,
+};
+use base64::Engine as _;
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde_json::{Value, value::RawValue};
+use tracing::{error, warn};
+
+use crate::{metrics::Decision, patch};
+
+/// The largest request body accepted, as controller-runtime: the API server accepts writes of up
+/// to 3 MiB and a review may carry both the object and the old object.
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// Warnings longer than this are cut: kubectl prints them one per line.
+pub const MAX_WARNING_CHARS: usize = 120;
+
+/// At most this many warnings are returned; the rest are logged and dropped.
+pub const MAX_WARNINGS: usize = 8;
+
+const API_VERSION: &str = "admission.k8s.io/v1";
+const KIND: &str = "AdmissionReview";
+
+/// The HTTP-style code an admission answer carried (`status.code`, or 200 when allowed), kept in
+/// the response extensions for the metrics layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReviewCode(pub u16);
+
+/// The operation being admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A create.
+    Create,
+    /// An update (the rule also gets the old object).
+    Update,
+    /// A delete: always allowed, never patched, no rule runs.
+    Delete,
+    /// A connect (exec, attach, port-forward): always allowed, no rule runs.
+    Connect,
+}
+
+/// What a rule may want to know about the request besides the objects.
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    /// The request's uid (echoed in the answer by the plumbing).
+    pub uid: &'a str,
+    /// CREATE or UPDATE (rules never see DELETE or CONNECT).
+    pub operation: Operation,
+    /// The object's name; empty on a CREATE with `generateName`.
+    pub name: &'a str,
+    /// The object's namespace; empty for cluster-scoped objects.
+    pub namespace: &'a str,
+    /// The subresource, empty for the main resource.
+    pub sub_resource: &'a str,
+    /// Whether the API server will persist nothing. Rules have no side effects, so this only
+    /// matters to rules that log.
+    pub dry_run: bool,
+}
+
+/// One violated rule, with the field it is about, in the form of Kubernetes' field errors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Field path, `spec.env[2].name` style.
+    pub field: String,
+    /// The cause type (`FieldValueInvalid`, `FieldValueRequired`...).
+    pub reason: &'static str,
+    /// The message, `Invalid value: -1: must be ...` style.
+    pub message: String,
+}
+
+impl Violation {
+    /// A value that breaks a rule; `value` is shown as given (quote strings yourself).
+    pub fn invalid(field: impl Into<String>, value: impl fmt::Display, detail: &str) -> Self {
+        Self::new(
+            field,
+            "FieldValueInvalid",
+            format!("Invalid value: {value}: {detail}"),
+        )
+    }
+
+    /// A missing value.
+    pub fn required(field: impl Into<String>, detail: &str) -> Self {
+        let message = if detail.is_empty() {
+            "Required value".to_owned()
+        } else {
+            format!("Required value: {detail}")
+        };
+        Self::new(field, "FieldValueRequired", message)
+    }
+
+    /// A value that must be unique and is not.
+    pub fn duplicate(field: impl Into<String>, value: impl fmt::Display) -> Self {
+        Self::new(
+            field,
+            "FieldValueDuplicate",
+            format!("Duplicate value: {value}"),
+        )
+    }
+
+    /// A value longer than allowed.
+    pub fn too_long(field: impl Into<String>, max_bytes: usize) -> Self {
+        Self::new(
+            field,
+            "FieldValueTooLong",
+            format!("Too long: may not be more than {max_bytes} bytes"),
+        )
+    }
+
+    /// A list with more items than allowed.
+    pub fn too_many(field: impl Into<String>, actual: usize, max: usize) -> Self {
+        Self::new(
+            field,
+            "FieldValueTooMany",
+            format!("Too many: {actual}: must have at most {max} items"),
+        )
+    }
+
+    /// A change or value that is not allowed at all.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        Self::new(field, "FieldValueForbidden", format!("Forbidden: {detail}"))
+    }
+
+    fn new(field: impl Into<String>, reason: &'static str, message: String) -> Self {
+        Self {
+            field: field.into(),
+            reason,
+            message,
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// What a validating rule returns: every violation at once, and warnings for legal but
+/// suspicious input. No violations means allowed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Reasons to deny; empty to allow.
+    pub violations: Vec<Violation>,
+    /// Shown by kubectl whether or not the request is allowed.
+    pub warnings: Vec<String>,
+}
+
+// === Wire types ===
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn<'a> {
+    #[serde(borrow)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    request: Option<RequestIn<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn<'a> {
+    #[serde(borrow)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    kind: Option<KindIn<'a>>,
+    #[serde(borrow)]
+    operation: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    namespace: Cow<'a, str>,
+    #[serde(borrow, default)]
+    sub_resource: Cow<'a, str>,
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow)]
+    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+struct KindIn<'a> {
+    #[serde(borrow, default)]
+    group: Cow<'a, str>,
+    #[serde(borrow, default)]
+    kind: Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    metadata: Empty,
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<DetailsOut>,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+#[derive(Serialize)]
+struct DetailsOut {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    group: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    kind: String,
+    causes: Vec<CauseOut>,
+}
+
+#[derive(Serialize)]
+struct CauseOut {
+    reason: &'static str,
+    message: String,
+    field: String,
+}
+
+// === Answers ===
+
+/// A failure to judge the request, answered either as an HTTP error (the envelope was unusable)
+/// or as a denial carrying the uid (the envelope was fine, its content was not).
+struct Failure {
+    http: StatusCode,
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn http(http: StatusCode, reason: &'static str, message: String) -> Self {
+        Self {
+            http,
+            code: http.as_u16(),
+            reason,
+            message,
+        }
+    }
+
+    fn denial(code: StatusCode, reason: &'static str, message: String) -> Self {
+        Self {
+            http: StatusCode::OK,
+            code: code.as_u16(),
+            reason,
+            message,
+        }
+    }
+
+    fn into_response(self, uid: &str) -> Response {
+        let decision = if self.code >= 500 {
+            Decision::Error
+        } else if self.http == StatusCode::OK {
+            Decision::Denied
+        } else {
+            Decision::Error
+        };
+        let mut response = json_response(
+            self.http,
+            &ReviewOut {
+                api_version: API_VERSION,
+                kind: KIND,
+                response: ResponseOut {
+                    uid,
+                    allowed: false,
+                    status: Some(StatusOut {
+                        metadata: Empty {},
+                        status: "Failure",
+                        code: self.code,
+                        reason: self.reason,
+                        message: self.message,
+                        details: None,
+                    }),
+                    patch: None,
+                    patch_type: None,
+                    warnings: Vec::new(),
+                },
+            },
+        );
+        if self.http == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was not read: the connection cannot be reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        tag(&mut response, decision, self.code);
+        response
+    }
+}
+
+fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            Body::from(bytes),
+        )
+            .into_response(),
+        // Our own types always serialise; this keeps the handler total anyway.
+        Err(error) => {
+            error!(%error, "Failed to serialise an admission answer");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+fn tag(response: &mut Response, decision: Decision, code: u16) {
+    response.extensions_mut().insert(decision);
+    response.extensions_mut().insert(ReviewCode(code));
+}
+
+fn allowed(uid: &str, patch: Option<String>, warnings: Vec<String>) -> Response {
+    let decision = if patch.is_some() {
+        Decision::Patched
+    } else {
+        Decision::Allowed
+    };
+    let patch_type = patch.as_ref().map(|_| "JSONPatch");
+    let mut response = json_response(
+        StatusCode::OK,
+        &ReviewOut {
+            api_version: API_VERSION,
+            kind: KIND,
+            response: ResponseOut {
+                uid,
+                allowed: true,
+                status: None,
+                patch,
+                patch_type,
+                warnings: bounded(warnings),
+            },
+        },
+    );
+    tag(&mut response, decision, 200);
+    response
+}
+
+fn denied(request: &Parsed<'_>, violations: Vec<Violation>, warnings: Vec<String>) -> Response {
+    let qualified = if request.group.is_empty() {
+        request.kind.to_string()
+    } else {
+        format!("{}.{}", request.kind, request.group)
+    };
+    let listed = if violations.len() == 1 {
+        violations[0].to_string()
+    } else {
+        let all: Vec<String> = violations.iter().map(Violation::to_string).collect();
+        format!("[{}]", all.join(", "))
+    };
+    let message = format!("{qualified} {:?} is invalid: {listed}", request.name);
+    let causes = violations
+        .into_iter()
+        .map(|v| CauseOut {
+            reason: v.reason,
+            message: v.message,
+            field: v.field,
+        })
+        .collect();
+    let mut response = json_response(
+        StatusCode::OK,
+        &ReviewOut {
+            api_version: API_VERSION,
+            kind: KIND,
+            response: ResponseOut {
+                uid: &request.uid,
+                allowed: false,
+                status: Some(StatusOut {
+                    metadata: Empty {},
+                    status: "Failure",
+                    code: 422,
+                    reason: "Invalid",
+                    message,
+                    details: Some(DetailsOut {
+                        name: request.name.to_string(),
+                        group: request.group.to_string(),
+                        kind: request.kind.to_string(),
+                        causes,
+                    }),
+                }),
+                patch: None,
+                patch_type: None,
+                warnings: bounded(warnings),
+            },
+        },
+    );
+    tag(&mut response, Decision::Denied, 422);
+    response
+}
+
+fn bounded(mut warnings: Vec<String>) -> Vec<String> {
+    if warnings.len() > MAX_WARNINGS {
+        warn!(
+            dropped = warnings.len() - MAX_WARNINGS,
+            "Dropped admission warnings over the limit"
+        );
+        warnings.truncate(MAX_WARNINGS);
+    }
+    for warning in &mut warnings {
+        if let Some((cut, _)) = warning.char_indices().nth(MAX_WARNING_CHARS) {
+            warning.truncate(cut);
+        }
+    }
+    warnings
+}
+
+// === Request handling ===
+
+/// The parts of a request every handler needs, borrowed from the body where possible.
+struct Parsed<'a> {
+    uid: Cow<'a, str>,
+    operation: Operation,
+    name: Cow<'a, str>,
+    namespace: Cow<'a, str>,
+    sub_resource: Cow<'a, str>,
+    group: Cow<'a, str>,
+    kind: Cow<'a, str>,
+    dry_run: bool,
+    object: Option<&'a RawValue>,
+    old_object: Option<&'a RawValue>,
+}
+
+impl Parsed<'_> {
+    fn context(&self) -> Context<'_> {
+        Context {
+            uid: &self.uid,
+            operation: self.operation,
+            name: &self.name,
+            namespace: &self.namespace,
+            sub_resource: &self.sub_resource,
+            dry_run: self.dry_run,
+        }
+    }
+}
+
+/// Reads the body of a POST: content type, size, and that it is not empty.
+async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(Failure::http(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!("contentType={content_type:?}, expected application/json"),
+        ));
+    }
+    let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|error| {
+            if error.downcast_ref::<LengthLimitError>().is_some() {
+                too_large()
+            } else {
+                Failure::http(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("failed to read request body: {error}"),
+                )
+            }
+        })?
+        .to_bytes();
+    if body.is_empty() {
+        return Err(Failure::http(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "request body is empty".to_owned(),
+        ));
+    }
+    Ok(body)
+}
+
+/// The 413 answer, also used by the server before reading a body declared too large.
+fn too_large() -> Failure {
+    Failure::http(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+        format!("request entity is too large; limit is {MAX_BODY_BYTES} bytes"),
+    )
+}
+
+/// The body of a 413 answer (for the server's early check of `Content-Length`).
+pub(crate) fn too_large_response() -> Response {
+    too_large().into_response("")
+}
+
+/// Parses the envelope. `Err` carries the uid when one was readable.
+fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
+    let bad = |message: String| Failure::http(StatusCode::BAD_REQUEST, "BadRequest", message);
+    let review: ReviewIn<'_> = serde_json::from_slice(body).map_err(|e| {
+        (
+            bad(format!("failed to parse AdmissionReview: {e}")),
+            String::new(),
+        )
+    })?;
+    let ReviewIn {
+        api_version,
+        kind,
+        request,
+    } = review;
+    let request = request.ok_or_else(|| {
+        (
+            bad("AdmissionReview has no request".to_owned()),
+            String::new(),
+        )
+    })?;
+    let uid = match request.uid {
+        Some(uid) if !uid.is_empty() => uid,
+        _ => return Err((bad("request.uid is missing".to_owned()), String::new())),
+    };
+    if api_version.as_deref() != Some(API_VERSION) {
+        let message = format!(
+            "unsupported AdmissionReview apiVersion {:?}, expected {API_VERSION:?}",
+            api_version.as_deref().unwrap_or("")
+        );
+        return Err((bad(message), uid.into_owned()));
+    }
+    if kind.as_deref() != Some(KIND) {
+        let message = format!(
+            "unsupported kind {:?}, expected {KIND:?}",
+            kind.as_deref().unwrap_or("")
+        );
+        return Err((bad(message), uid.into_owned()));
+    }
+    let operation = match request.operation.as_deref() {
+        Some("CREATE") => Operation::Create,
+        Some("UPDATE") => Operation::Update,
+        Some("DELETE") => Operation::Delete,
+        Some("CONNECT") => Operation::Connect,
+        other => {
+            let message = format!(
+                "unsupported operation {:?}, expected CREATE, UPDATE, DELETE or CONNECT",
+                other.unwrap_or("")
+            );
+            return Err((bad(message), uid.into_owned()));
+        }
+    };
+    let kind = request.kind.unwrap_or_default();
+    Ok(Parsed {
+        uid,
+        operation,
+        name: request.name,
+        namespace: request.namespace,
+        sub_resource: request.sub_resource,
+        group: kind.group,
+        kind: kind.kind,
+        dry_run: request.dry_run.unwrap_or(false),
+        object: request.object,
+        old_object: request.old_object,
+    })
+}
+
+/// Parses a raw object as the rule's type; the error names the field that failed.
+fn typed<T: DeserializeOwned>(raw: &RawValue, which: &str) -> Result<T, Failure> {
+    serde_json::from_str(raw.get()).map_err(|_| {
+        // Slow path only on failure: re-parse to learn the path of the bad field.
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let detail = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+            Err(e) if e.path().iter().next().is_some() => format!("{}: {}", e.path(), e.inner()),
+            Err(e) => e.inner().to_string(),
+            Ok(_) => "inconsistent parse".to_owned(),
+        };
+        Failure::denial(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "{which} does not parse as {}: {detail}",
+                short_type_name::<T>()
+            ),
+        )
+    })
+}
+
+/// The raw object as a JSON value, but with only the top-level members the typed value has
+/// parsed: the patch walk never looks anywhere else, and skipping the rest (managed fields,
+/// the last-applied annotation) saves most of the parsing.
+fn raw_members(raw: &RawValue, typed: &Value) -> Result<Value, serde_json::Error> {
+    let Value::Object(wanted) = typed else {
+        return serde_json::from_str(raw.get());
+    };
+    let members: std::collections::HashMap<String, &RawValue> = serde_json::from_str(raw.get())?;
+    let mut partial = serde_json::Map::new();
+    for key in wanted.keys() {
+        if let Some(member) = members.get(key) {
+            partial.insert(key.clone(), serde_json::from_str(member.get())?);
+        }
+    }
+    Ok(Value::Object(partial))
+}
+
+fn short_type_name<T>() -> &'static str {
+    let full = type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
+fn required<'a>(
+    raw: Option<&'a RawValue>,
+    which: &str,
+    operation: &str,
+) -> Result<&'a RawValue, Failure> {
+    match raw {
+        Some(raw) if raw.get() != "null" => Ok(raw),
+        _ => Err(Failure::denial(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("{which} is missing on {operation}"),
+        )),
+    }
+}
+
+fn panic_failure(payload: &(dyn std::any::Any + Send), uid: &str) -> Failure {
+    let detail = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned());
+    error!(%uid, panic = %detail, "Admission rule panicked");
+    Failure::denial(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        format!("admission rule panicked: {detail}"),
+    )
+}
+
+/// Reads and parses the request; on failure returns the finished error response.
+async fn envelope(request: Request) -> Result<axum::body::Bytes, Response> {
+    read_body(request).await.map_err(|f| f.into_response(""))
+}
+
+// === Validating ===
+
+/// A route handler for a validating webhook over objects of type `T`.
+///
+/// On CREATE the rule gets the new object; on UPDATE also the old one. DELETE and CONNECT are
+/// allowed without running the rule. Violations become a denial with code 422, reason
+/// `Invalid`, and one cause per violation; warnings are passed through (cut to
+/// [`MAX_WARNING_CHARS`], at most [`MAX_WARNINGS`]). A panicking rule is answered with code 500.
+pub fn validating<T, F>(rule: F) -> MethodRouter
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(&T, Option<&T>, &Context<'_>) -> Verdict + Send + Sync + 'static,
+{
+    let rule = Arc::new(rule);
+    axum::routing::post(move |request: Request| {
+        let rule = rule.clone();
+        async move {
+            let body = match envelope(request).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            validate_body(&body, &*rule)
+        }
+    })
+}
+
+fn validate_body<T, F>(body: &[u8], rule: &F) -> Response
+where
+    T: DeserializeOwned,
+    F: Fn(&T, Option<&T>, &Context<'_>) -> Verdict,
+{
+    let request = match parse_review(body) {
+        Ok(request) => request,
+        Err((failure, uid)) => return failure.into_response(&uid),
+    };
+    let (new, old) = match request.operation {
+        Operation::Delete | Operation::Connect => return allowed(&request.uid, None, Vec::new()),
+        Operation::Create => {
+            match required(request.object, "request.object", "CREATE")
+                .and_then(|raw| typed::<T>(raw, "request.object"))
+            {
+                Ok(new) => (new, None),
+                Err(failure) => return failure.into_response(&request.uid),
+            }
+        }
+        Operation::Update => {
+            let parsed = required(request.object, "request.object", "UPDATE")
+                .and_then(|raw| typed::<T>(raw, "request.object"))
+                .and_then(|new| {
+                    required(request.old_object, "request.oldObject", "UPDATE")
+                        .and_then(|raw| typed::<T>(raw, "request.oldObject"))
+                        .map(|old| (new, Some(old)))
+                });
+            match parsed {
+                Ok(pair) => pair,
+                Err(failure) => return failure.into_response(&request.uid),
+            }
+        }
+    };
+    let context = request.context();
+    match catch_unwind(AssertUnwindSafe(|| rule(&new, old.as_ref(), &context))) {
+        Ok(verdict) if verdict.violations.is_empty() => {
+            allowed(&request.uid, None, verdict.warnings)
+        }
+        Ok(verdict) => denied(&request, verdict.violations, verdict.warnings),
+        Err(payload) => panic_failure(&*payload, &request.uid).into_response(&request.uid),
+    }
+}
+
+// === Mutating ===
+
+/// A route handler for a mutating webhook over objects of type `T`.
+///
+/// The rule edits the typed object in place; the answer carries the add-only JSON Patch (see
+/// [`crate::patch`]) from the raw request object to the edited one, or no patch when nothing
+/// changed. DELETE and CONNECT are allowed without a patch. A rule whose edit is not add-only,
+/// or that panics, is answered with code 500 and no patch.
+pub fn mutating<T, F>(rule: F) -> MethodRouter
+where
+    T: DeserializeOwned + Serialize + Send + 'static,
+    F: Fn(&mut T, &Context<'_>) + Send + Sync + 'static,
+{
+    let rule = Arc::new(rule);
+    axum::routing::post(move |request: Request| {
+        let rule = rule.clone();
+        async move {
+            let body = match envelope(request).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            mutate_body(&body, &*rule)
+        }
+    })
+}
+
+fn mutate_body<T, F>(body: &[u8], rule: &F) -> Response
+where
+    T: DeserializeOwned + Serialize,
+    F: Fn(&mut T, &Context<'_>),
+{
+    let request = match parse_review(body) {
+        Ok(request) => request,
+        Err((failure, uid)) => return failure.into_response(&uid),
+    };
+    let operation = match request.operation {
+        Operation::Delete | Operation::Connect => return allowed(&request.uid, None, Vec::new()),
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+    };
+    match patch_for(&request, operation, rule) {
+        Ok(patch) => allowed(&request.uid, patch, Vec::new()),
+        Err(failure) => failure.into_response(&request.uid),
+    }
+}
+
+fn patch_for<T, F>(
+    request: &Parsed<'_>,
+    operation: &str,
+    rule: &F,
+) -> Result<Option<String>, Failure>
+where
+    T: DeserializeOwned + Serialize,
+    F: Fn(&mut T, &Context<'_>),
+{
+    let raw_object = required(request.object, "request.object", operation)?;
+    let mut object: T = typed(raw_object, "request.object")?;
+    let internal = |message: String| {
+        Failure::denial(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
+    };
+    let before = serde_json::to_value(&object)
+        .map_err(|e| internal(format!("failed to serialise the typed object: {e}")))?;
+    let context = request.context();
+    catch_unwind(AssertUnwindSafe(|| rule(&mut object, &context)))
+        .map_err(|payload| panic_failure(&*payload, &request.uid))?;
+    let after = serde_json::to_value(&object)
+        .map_err(|e| internal(format!("failed to serialise the mutated object: {e}")))?;
+    if before == after {
+        // The common case once defaults are in place: no need to look at the raw object.
+        return Ok(None);
+    }
+    let raw = raw_members(raw_object, &after).map_err(|e| {
+        Failure::denial(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("request.object is not JSON: {e}"),
+        )
+    })?;
+    let ops = patch::add_only(&before, after, &raw).map_err(|e| {
+        error!(uid = %request.uid, error = %e, "Mutation is not add-only");
+        internal(e.to_string())
+    })?;
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    let json = serde_json::to_vec(&ops)
+        .map_err(|e| internal(format!("failed to serialise the patch: {e}")))?;
+    Ok(Some(base64::engine::general_purpose::STANDARD.encode(json)))
+}

@@ -1,0 +1,593 @@
+//! Serving certificates: load at start (fail fast), then hot-reload by watching and polling.
+//!
+//! Kubernetes mounts a Secret as a directory whose files are symlinks through `..data`, itself a
+//! symlink to a timestamped directory; an update writes a new timestamped directory and renames a
+//! new `..data` link over the old one. Watching the certificate *files* misses that swap, so the
+//! [`CertStore`] watches the *directory* (inotify via `notify`) and also polls it, comparing
+//! bytes, because watches are lost when directories are replaced wholesale. A changed pair is
+//! used only when both files parse and the key belongs to the certificate; otherwise the last good
+//! pair keeps serving and `webhook_certificate_reload_errors_total` goes up.
+
+use std::{
+    fmt,
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError, RwLock},
+    time::Duration,
+};
+
+use rustls::{
+    DigitallySignedStruct, SignatureScheme,
+    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    crypto::CryptoProvider,
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
+use tokio::{sync::Notify, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{Error, metrics::Metrics};
+
+/// The file names inside the certificate directory (those of a `kubernetes.io/tls` Secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertPaths {
+    /// The mounted directory; it is what gets watched.
+    pub dir: PathBuf,
+    /// PEM certificate chain, leaf first (default `tls.crt`).
+    pub cert_file: String,
+    /// PEM private key, PKCS#8, SEC1 or PKCS#1 (default `tls.key`).
+    pub key_file: String,
+}
+
+impl CertPaths {
+    /// The usual layout of a `kubernetes.io/tls` Secret mounted at `dir`.
+    pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            cert_file: "tls.crt".to_owned(),
+            key_file: "tls.key".to_owned(),
+        }
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.join(&self.cert_file)
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.join(&self.key_file)
+    }
+}
+
+/// What a reload attempt found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// The files hold the same bytes as the last attempt: nothing to do.
+    Unchanged,
+    /// A new pair was loaded and serves new handshakes from now on.
+    Replaced,
+}
+
+/// The serving certificate and key, swappable while the server runs.
+///
+/// Clones share the same state. It is the rustls certificate resolver of the server, so a
+/// replaced pair is used by the next handshake; established connections keep theirs.
+#[derive(Clone)]
+pub struct CertStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    paths: CertPaths,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+    // Bytes of the last pair *attempted* (good or bad): a bad pair is counted once, not on
+    // every poll while it stays on disk.
+    last_seen: Mutex<(Vec<u8>, Vec<u8>)>,
+    metrics: Metrics,
+}
+
+impl fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CertStore")
+            .field("paths", &self.inner.paths)
+            .field("not_after", &self.inner.metrics.cert_not_after())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CertStore {
+    /// Loads the pair from `paths`, failing with an error that names the file and the problem.
+    ///
+    /// Uses rustls' ring provider. Sets the `notAfter` gauge of `metrics`.
+    pub fn load(paths: CertPaths, metrics: Metrics) -> Result<Self, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (cert_pem, key_pem) = read_pair(&paths)?;
+        let (key, not_after) = parse_pair(&paths, &cert_pem, &key_pem, &provider)?;
+        metrics.cert_not_after.set(not_after);
+        info!(dir = %paths.dir.display(), not_after, "Loaded serving certificate");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                paths,
+                provider,
+                current: RwLock::new(Arc::new(key)),
+                last_seen: Mutex::new((cert_pem, key_pem)),
+                metrics,
+            }),
+        })
+    }
+
+    /// Re-reads the pair; replaces the serving one only if it changed, parses and matches.
+    ///
+    /// An error leaves the serving pair in place and counts one reload error.
+    pub fn reload(&self) -> Result<Reload, Error> {
+        let result = self.try_reload();
+        if let Err(error) = &result {
+            self.inner.metrics.cert_reload_errors.inc();
+            warn!(%error, "Kept the previous serving certificate");
+        }
+        result
+    }
+
+    fn try_reload(&self) -> Result<Reload, Error> {
+        let paths = &self.inner.paths;
+        let (cert_pem, key_pem) = read_pair(paths)?;
+        {
+            let mut last = self
+                .inner
+                .last_seen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.0 == cert_pem && last.1 == key_pem {
+                return Ok(Reload::Unchanged);
+            }
+            // Remember before parsing, so a bad pair is reported once.
+            *last = (cert_pem.clone(), key_pem.clone());
+        }
+        let (key, not_after) = parse_pair(paths, &cert_pem, &key_pem, &self.inner.provider)?;
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
+        self.inner.metrics.cert_not_after.set(not_after);
+        self.inner.metrics.cert_reloads.inc();
+        info!(dir = %paths.dir.display(), not_after, "Reloaded serving certificate");
+        Ok(Reload::Replaced)
+    }
+
+    /// The pair serving new handshakes.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The serving certificate's `notAfter`, in Unix seconds.
+    pub fn not_after(&self) -> i64 {
+        self.inner.metrics.cert_not_after()
+    }
+
+    /// The crypto provider used for the server (rustls' ring provider).
+    pub fn provider(&self) -> &Arc<CryptoProvider> {
+        &self.inner.provider
+    }
+
+    /// A rustls server configuration that resolves to this store: TLS 1.2 and 1.3 only, ALPN
+    /// `http/1.1` only, no client authentication.
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, Error> {
+        let mut config = rustls::ServerConfig::builder_with_provider(self.inner.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(Error::ConfigureTls)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(self.clone()));
+        // HTTP/2 stays off: the API server's webhook client speaks HTTP/1.1, and h2 brings
+        // Rapid-Reset-style exposure for nothing.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// Starts watching and polling the directory; reloads run until `cancel` fires.
+    ///
+    /// Filesystem events trigger a reload at once (after a short pause that merges the burst
+    /// of events of one update); the poll every `poll_interval` catches what the watcher
+    /// misses. Fails if the directory cannot be watched.
+    pub fn watch(
+        &self,
+        poll_interval: Duration,
+        cancel: CancellationToken,
+    ) -> Result<JoinHandle<()>, Error> {
+        use notify::Watcher as _;
+
+        let changed = Arc::new(Notify::new());
+        let on_event = changed.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                // Errors from the watcher are not fatal: the poll still runs.
+                if event.is_ok() {
+                    on_event.notify_one();
+                }
+            })
+            .map_err(|source| self.watch_error(source))?;
+        watcher
+            .watch(&self.inner.paths.dir, notify::RecursiveMode::NonRecursive)
+            .map_err(|source| self.watch_error(source))?;
+
+        let store = self.clone();
+        Ok(tokio::spawn(async move {
+            // The watcher stops when dropped: keep it alive as long as this task.
+            let _watcher = watcher;
+            let mut poll = tokio::time::interval(poll_interval);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    () = changed.notified() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    _ = poll.tick() => {}
+                }
+                // Reading files is blocking I/O, but two small files on a tmpfs; not worth a
+                // blocking-pool hop on every poll.
+                let _ = store.reload();
+            }
+        }))
+    }
+
+    fn watch_error(&self, source: notify::Error) -> Error {
+        Error::WatchDirectory {
+            path: self.inner.paths.dir.clone(),
+            source,
+        }
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+fn read_pair(paths: &CertPaths) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    let read =
+        |path: PathBuf| std::fs::read(&path).map_err(|source| Error::ReadFile { path, source });
+    Ok((read(paths.cert())?, read(paths.key())?))
+}
+
+fn parse_pair(
+    paths: &CertPaths,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> Result<(CertifiedKey, i64), Error> {
+    let cert_error = |reason: String| Error::ParseCertificate {
+        path: paths.cert(),
+        reason,
+    };
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| cert_error(format!("bad pem: {e}")))?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| cert_error("no CERTIFICATE block found".to_owned()))?;
+    let not_after = der::not_after(leaf).map_err(|e| cert_error(e.to_owned()))?;
+
+    let key_error = |reason: String| Error::ParseKey {
+        path: paths.key(),
+        reason,
+    };
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| key_error(format!("{e}")))?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| key_error(format!("unsupported key: {e}")))?;
+
+    let pair = CertifiedKey::new(chain, signing_key);
+    pair.keys_match().map_err(|e| Error::MatchKey {
+        cert: paths.cert(),
+        key: paths.key(),
+        reason: match e {
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+                "the key does not belong to the certificate".to_owned()
+            }
+            other => other.to_string(),
+        },
+    })?;
+    Ok((pair, not_after))
+}
+
+// === Pinned verifier (warm-up) ===
+
+/// A client-side verifier that trusts exactly the certificate the server is serving.
+///
+/// Used for the loopback warm-up handshake: the server's own certificate is known, its CA may
+/// not be, and the serving name need not resolve. Handshake signatures are still checked.
+#[derive(Debug)]
+pub(crate) struct PinnedVerifier {
+    expected: CertificateDer<'static>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl PinnedVerifier {
+    pub(crate) fn new(store: &CertStore) -> Self {
+        Self {
+            expected: store.current().cert[0].clone(),
+            provider: store.provider().clone(),
+        }
+    }
+}
+
+impl ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if end_entity.as_ref() == self.expected.as_ref() {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Reads the one field of an X.509 certificate the server needs: `notAfter`.
+///
+/// A full X.509 parser is a heavy dependency for one timestamp; the path to the validity is
+/// fixed by RFC 5280 (`Certificate -> tbsCertificate -> [version] serial signature issuer
+/// validity`), and rustls has already parsed the certificate for real when the key was matched.
+mod der {
+    /// Returns `notAfter` as Unix seconds.
+    pub(super) fn not_after(cert: &[u8]) -> Result<i64, &'static str> {
+        let (certificate, _) = element(cert, 0x30)?;
+        let (tbs, _) = element(certificate, 0x30)?;
+        let mut rest = tbs;
+        // Optional explicit [0] version.
+        if rest.first() == Some(&0xa0) {
+            rest = element(rest, 0xa0)?.1;
+        }
+        rest = element(rest, 0x02)?.1; // serialNumber
+        rest = element(rest, 0x30)?.1; // signature AlgorithmIdentifier
+        rest = element(rest, 0x30)?.1; // issuer Name
+        let (validity, _) = element(rest, 0x30)?;
+        let not_before_rest = skip_any(validity)?;
+        time(not_before_rest)
+    }
+
+    /// Splits off one element with the expected tag: returns (content, rest).
+    fn element(input: &[u8], tag: u8) -> Result<(&[u8], &[u8]), &'static str> {
+        match input.first() {
+            Some(&t) if t == tag => {}
+            Some(_) => return Err("unexpected DER tag in certificate"),
+            None => return Err("truncated certificate"),
+        }
+        let (len, header) = length(&input[1..])?;
+        let start = 1 + header;
+        let end = start.checked_add(len).ok_or("bad DER length")?;
+        if end > input.len() {
+            return Err("truncated certificate");
+        }
+        Ok((&input[start..end], &input[end..]))
+    }
+
+    fn skip_any(input: &[u8]) -> Result<&[u8], &'static str> {
+        let tag = *input.first().ok_or("truncated certificate")?;
+        Ok(element(input, tag)?.1)
+    }
+
+    /// Returns (length, bytes used by the length).
+    fn length(input: &[u8]) -> Result<(usize, usize), &'static str> {
+        let first = *input.first().ok_or("truncated certificate")?;
+        if first < 0x80 {
+            return Ok((usize::from(first), 1));
+        }
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || input.len() < 1 + count {
+            return Err("bad DER length");
+        }
+        let len = input[1..=count]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        Ok((len, 1 + count))
+    }
+
+    fn time(input: &[u8]) -> Result<i64, &'static str> {
+        let tag = *input.first().ok_or("truncated certificate")?;
+        let (text, _) = element(input, tag)?;
+        let digits = |s: &[u8]| -> Result<i64, &'static str> {
+            s.iter().try_fold(0i64, |acc, b| {
+                if b.is_ascii_digit() {
+                    Ok(acc * 10 + i64::from(b - b'0'))
+                } else {
+                    Err("bad time in certificate validity")
+                }
+            })
+        };
+        // RFC 5280: UTCTime YYMMDDHHMMSSZ until 2049, GeneralizedTime YYYYMMDDHHMMSSZ after.
+        let (year, rest) = match (tag, text.len()) {
+            (0x17, 13) => {
+                let yy = digits(&text[..2])?;
+                (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &text[2..])
+            }
+            (0x18, 15) => (digits(&text[..4])?, &text[4..]),
+            _ => return Err("unsupported time format in certificate validity"),
+        };
+        if rest[10] != b'Z' {
+            return Err("certificate validity time is not in UTC");
+        }
+        let month = digits(&rest[0..2])?;
+        let day = digits(&rest[2..4])?;
+        let (hour, minute, second) = (
+            digits(&rest[4..6])?,
+            digits(&rest[6..8])?,
+            digits(&rest[8..10])?,
+        );
+        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+            return Err("bad time in certificate validity");
+        }
+        Ok(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+    fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+        let y = if month <= 2 { year - 1 } else { year };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let mp = (month + 9) % 12;
+        let doy = (153 * mp + 2) / 5 + day - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        era * 146_097 + doe - 719_468
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn civil_days_match_known_dates() {
+            assert_eq!(days_from_civil(1970, 1, 1), 0);
+            assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+            assert_eq!(days_from_civil(2038, 1, 19), 24_855);
+        }
+
+        #[test]
+        fn garbage_is_an_error_not_a_panic() {
+            assert!(not_after(&[]).is_err());
+            assert!(not_after(&[0x30, 0x82, 0xff]).is_err());
+            assert!(not_after(&[0x30, 0x03, 0x30, 0x01, 0x00]).is_err());
+            assert!(not_after(&[0x04, 0x00]).is_err());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn write_pair(dir: &Path, cert: &str, key: &str) {
+        std::fs::write(dir.join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.join("tls.key"), key).unwrap();
+    }
+
+    fn self_signed(not_after: (i32, u8, u8)) -> (String, String) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["webhook.test.svc".to_owned()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn not_after_is_read_from_the_leaf_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed((2031, 5, 17));
+        write_pair(dir.path(), &cert, &key);
+        let store = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap();
+        // 2031-05-17T00:00:00Z
+        assert_eq!(store.not_after(), 1_936_742_400);
+    }
+
+    #[test]
+    fn a_missing_key_file_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, _) = self_signed((2030, 1, 1));
+        std::fs::write(dir.path().join("tls.crt"), cert).unwrap();
+        let error = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("tls.key"), "{text}");
+        assert!(text.starts_with("failed to read"), "{text}");
+    }
+
+    #[test]
+    fn a_certificate_file_without_pem_is_refused_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, key) = self_signed((2030, 1, 1));
+        write_pair(dir.path(), "not a certificate\n", &key);
+        let error = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap_err();
+        assert!(matches!(error, Error::ParseCertificate { .. }), "{error}");
+        assert!(error.to_string().contains("tls.crt"), "{error}");
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, _) = self_signed((2030, 1, 1));
+        let (_, other_key) = self_signed((2030, 1, 1));
+        write_pair(dir.path(), &cert, &other_key);
+        let error = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap_err();
+        assert!(matches!(error, Error::MatchKey { .. }), "{error}");
+        assert!(error.to_string().contains("does not belong"), "{error}");
+    }
+
+    #[test]
+    fn reload_keeps_the_last_good_pair_and_counts_one_error_per_bad_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed((2030, 1, 1));
+        write_pair(dir.path(), &cert, &key);
+        let metrics = Metrics::new();
+        let store = CertStore::load(CertPaths::in_dir(dir.path()), metrics.clone()).unwrap();
+        let before = store.current();
+
+        assert_eq!(store.reload().unwrap(), Reload::Unchanged);
+        write_pair(
+            dir.path(),
+            &cert,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        );
+        assert!(store.reload().is_err());
+        assert!(store.reload().is_ok(), "the same bad pair is not retried");
+        assert_eq!(metrics.cert_reload_errors(), 1);
+        assert!(Arc::ptr_eq(&before, &store.current()));
+
+        let (cert2, key2) = self_signed((2032, 1, 1));
+        write_pair(dir.path(), &cert2, &key2);
+        assert_eq!(store.reload().unwrap(), Reload::Replaced);
+        assert_ne!(store.current().cert[0], before.cert[0]);
+        assert_eq!(metrics.cert_reloads(), 1);
+        assert_eq!(metrics.cert_not_after(), 1_956_528_000);
+    }
+}
