@@ -53,6 +53,11 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
         "{yaml}"
     );
 
+    // explain reads the CRD schema from the OpenAPI v3 document.
+    let out = k.ok(&["explain", "widgets.spec"]).await;
+    assert!(out.contains("replicas"), "{out}");
+    assert!(out.contains("How many; never negative."), "{out}");
+
     // Server-side apply.
     let w2 = k.file("w2.yaml", &widget_yaml("w2", 3, "ssa"));
     let out = k.ok(&["apply", "--server-side", "-f", path_str(&w2)]).await;
