@@ -22,6 +22,7 @@ pub mod selector;
 mod server;
 pub mod status;
 pub mod store;
+pub mod table;
 mod watch;
 
 use std::net::SocketAddr;

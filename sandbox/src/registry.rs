@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::schema::CrdSchema;
+use crate::table::PrinterColumn;
 
 /// One served group/version/resource.
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct ResourceType {
     pub schema: Option<Arc<CrdSchema>>,
     /// The CRD's `openAPIV3Schema` as JSON, for the OpenAPI documents.
     pub openapi_schema: Option<serde_json::Value>,
+    /// A CRD version's `additionalPrinterColumns` (empty: Name and Age).
+    pub printer_columns: Vec<PrinterColumn>,
 }
 
 impl ResourceType {
@@ -125,6 +128,7 @@ impl Registry {
                 crd: None,
                 schema: None,
                 openapi_schema: None,
+                printer_columns: Vec::new(),
             };
             types.insert(
                 (t.group.clone(), t.version.clone(), t.plural.clone()),
@@ -223,6 +227,19 @@ impl Registry {
                 crd: Some(name.clone()),
                 schema: Some(Arc::new(schema)),
                 openapi_schema,
+                printer_columns: v
+                    .additional_printer_columns
+                    .iter()
+                    .flatten()
+                    .map(|c| PrinterColumn {
+                        name: c.name.clone(),
+                        type_: c.type_.clone(),
+                        format: c.format.clone().unwrap_or_default(),
+                        description: c.description.clone().unwrap_or_default(),
+                        priority: c.priority.unwrap_or(0),
+                        json_path: c.json_path.clone(),
+                    })
+                    .collect(),
             });
         }
         self.unregister_crd(&name);

@@ -294,6 +294,8 @@ pub(crate) struct Ctx {
     pub path: ResPath,
     pub query: HashMap<String, String>,
     pub meta_only: bool,
+    /// Whether the client asked for a `Table` (kubectl get).
+    table: bool,
     dry_run: bool,
     /// Whether the request is a PATCH (for the admission options kind).
     patch: bool,
@@ -379,6 +381,7 @@ async fn resource(
         path,
         query: query.clone(),
         meta_only: accept.contains("as=PartialObjectMetadata"),
+        table: accept.contains("as=Table"),
         dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
         patch: *method == Method::PATCH,
         field_validation,
@@ -417,6 +420,10 @@ async fn resource(
             let obj = state
                 .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
                 .ok_or_else(|| ApiError::not_found(&ctx.rt, ctx.name()))?;
+            if ctx.table {
+                let table = crate::table::table(&ctx.rt, &[obj], state.rv);
+                return Ok(json_response(StatusCode::OK, &table, &[]));
+            }
             Ok(ctx.respond(StatusCode::OK, obj))
         }
         (Method::POST, false) => {
@@ -515,6 +522,15 @@ fn list(ctx: &Ctx) -> Result<Response, ApiError> {
     let selectors = Selectors::from_query(&ctx.query)?;
     let state = ctx.inner.store.lock();
     let ns = ctx.path.namespace.as_deref();
+    if ctx.table {
+        let objects: Vec<&Value> = state
+            .list(&ctx.rt.storage(), ns)
+            .into_iter()
+            .filter(|o| selectors.matches(o))
+            .collect();
+        let table = crate::table::table(&ctx.rt, &objects, state.rv);
+        return Ok(json_response(StatusCode::OK, &table, &[]));
+    }
     let items: Vec<Value> = state
         .list(&ctx.rt.storage(), ns)
         .into_iter()

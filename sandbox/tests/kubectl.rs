@@ -44,6 +44,12 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
     // Get by short name and as YAML.
     let out = k.ok(&["get", "wd"]).await;
     assert!(out.contains("w1"), "{out}");
+    // The CRD's printer column, through a server-side Table.
+    assert!(
+        out.lines().next().unwrap_or("").contains("REPLICAS"),
+        "{out}"
+    );
+    assert!(out.contains('2'), "{out}");
     let yaml = k.ok(&["get", "widget", "w1", "-o", "yaml"]).await;
     assert!(yaml.contains("kind: Widget"), "{yaml}");
     assert!(yaml.contains("message: changed"), "{yaml}");
