@@ -82,7 +82,10 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
                 let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
                 cur = items.into_iter().find(|item| {
                     item.pointer(&format!("/{}", key.trim().replace('.', "/")))
-                        .is_some_and(|v| v.as_str() == Some(value) || v.to_string() == value)
+                        .is_some_and(|v| match v {
+                            Value::String(s) => s == value,
+                            other => serde_json::to_string(other).is_ok_and(|t| t == value),
+                        })
                 })?;
             } else {
                 cur = items.get(inner.trim().parse::<usize>().ok()?)?.clone();
