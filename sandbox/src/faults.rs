@@ -44,12 +44,16 @@ pub enum WriteFault {
     },
 }
 
+/// The request log keeps this many most recent requests (a long `dev` session must not grow
+/// without bound).
+const REQUEST_LOG_CAPACITY: usize = 100_000;
+
 #[derive(Default)]
 struct FaultState {
     write_faults: VecDeque<WriteFault>,
     delay: Duration,
     expire_watches: usize,
-    requests: Vec<RequestRecord>,
+    requests: VecDeque<RequestRecord>,
 }
 
 /// Shared fault state.
@@ -107,7 +111,11 @@ impl Faults {
     }
 
     pub(crate) fn record(&self, record: RequestRecord) {
-        self.lock().requests.push(record);
+        let mut s = self.lock();
+        if s.requests.len() >= REQUEST_LOG_CAPACITY {
+            s.requests.pop_front();
+        }
+        s.requests.push_back(record);
     }
 
     pub(crate) fn close_signal(&self) -> watch::Receiver<u64> {
@@ -141,9 +149,9 @@ impl FaultHandle {
         self.0.lock().expire_watches += 1;
     }
 
-    /// Every request so far, oldest first.
+    /// Every request so far (the last 100,000), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.0.lock().requests.clone()
+        self.0.lock().requests.iter().cloned().collect()
     }
 
     /// Forgets the recorded requests.

@@ -456,7 +456,29 @@ async fn resource(
                 parse_body(&body)?
             };
             let deleted = delete(&mut ctx, &options).await?;
-            Ok(ctx.respond(StatusCode::OK, &deleted))
+            let still_there = ctx
+                .inner
+                .store
+                .lock()
+                .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
+                .is_some();
+            if still_there || ctx.dry_run {
+                return Ok(ctx.respond(StatusCode::OK, &deleted));
+            }
+            // Gone at once: the API server answers a Success Status (kube: Either::Right).
+            let status = json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {
+                    "name": ctx.name(),
+                    "group": ctx.rt.group,
+                    "kind": ctx.rt.plural,
+                    "uid": meta_str(&deleted, "uid"),
+                },
+            });
+            Ok(json_response(StatusCode::OK, &status, &ctx.warnings))
         }
         (Method::DELETE, false) => delete_collection(&mut ctx).await,
         _ => Err(ApiError::method_not_allowed(format!(

@@ -618,3 +618,41 @@ async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependent
         .unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.code == 404));
 }
+
+#[tokio::test]
+async fn delete_answers_the_object_while_finalizers_remain_and_a_status_once_gone() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("held".into());
+    cm.metadata.finalizers = Some(vec!["sandbox.test/hold".into()]);
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let pending = cms.delete("held", &DeleteParams::default()).await.unwrap();
+    let obj = pending.left().expect("the object, still being deleted");
+    assert!(obj.metadata.deletion_timestamp.is_some());
+    // No new finalizers once deleting.
+    let err = cms
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["sandbox.test/hold", "new"]}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(s) if s.code == 422));
+    // Removing the last finalizer removes the object.
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(cms.get_opt("held").await.unwrap().is_none());
+
+    let mut free = ConfigMap::default();
+    free.metadata.name = Some("free".into());
+    cms.create(&PostParams::default(), &free).await.unwrap();
+    let gone = cms.delete("free", &DeleteParams::default()).await.unwrap();
+    assert!(gone.is_right(), "immediate deletion answers a Status");
+}
