@@ -10,19 +10,33 @@
 //! ```
 #![forbid(unsafe_code)]
 
+/// The admission webhook call chain over HTTPS (mutating, then validating).
 pub mod admission;
+/// The API server's defaults for Deployments, Services and pod templates; cluster IPs.
 pub mod defaults;
+/// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.
 mod discovery;
+/// Fault injection and the request log.
 pub mod faults;
+/// JSON merge patch, JSON patch, and the server-side apply model.
 pub mod patch;
+/// Served resource types: built-ins and CRD-registered kinds.
 pub mod registry;
+/// The simulated Deployment controller.
 mod rollout;
+/// Structural schemas of CRDs: validation, pruning, defaulting, CEL.
 pub mod schema;
+/// Label and field selectors.
 pub mod selector;
+/// HTTP routing, the verbs, and the write pipeline.
 mod server;
+/// `Status` errors.
 pub mod status;
+/// Objects, the resourceVersion counter, the event log, garbage collection.
 pub mod store;
+/// `Table` output for kubectl get.
 pub mod table;
+/// Watch streams.
 mod watch;
 
 use std::net::SocketAddr;
