@@ -656,3 +656,167 @@ async fn delete_answers_the_object_while_finalizers_remain_and_a_status_once_gon
     let gone = cms.delete("free", &DeleteParams::default()).await.unwrap();
     assert!(gone.is_right(), "immediate deletion answers a Status");
 }
+
+#[tokio::test]
+async fn bad_requests_get_precise_status_errors() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+
+    let send = |method: &str, uri: &str, content_type: &str, body: &str| {
+        axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", content_type)
+            .body(body.as_bytes().to_vec())
+            .unwrap()
+    };
+    let cases = [
+        (
+            send(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                "{not json",
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            send(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                r#"{"kind":"Secret","metadata":{"name":"x"}}"#,
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            send(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                r#"{"metadata":{"name":"Not_Valid"}}"#,
+            ),
+            422,
+            "Invalid",
+        ),
+        (
+            send(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                r#"{"metadata":{}}"#,
+            ),
+            422,
+            "Invalid",
+        ),
+        (
+            send(
+                "POST",
+                "/api/v1/namespaces/nowhere/configmaps",
+                "application/json",
+                r#"{"metadata":{"name":"x"}}"#,
+            ),
+            404,
+            "NotFound",
+        ),
+        (
+            send(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                r#"{"metadata":{"name":"c"}}"#,
+            ),
+            409,
+            "AlreadyExists",
+        ),
+        (
+            send(
+                "PATCH",
+                "/api/v1/namespaces/default/configmaps/c",
+                "application/json-patch+json",
+                r#"[{"op":"remove","path":"/nope"}]"#,
+            ),
+            422,
+            "Invalid",
+        ),
+        (
+            send(
+                "PATCH",
+                "/api/v1/namespaces/default/configmaps/c",
+                "text/plain",
+                "x",
+            ),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            send(
+                "PATCH",
+                "/api/v1/namespaces/default/configmaps/c",
+                "application/apply-patch+yaml",
+                "{}",
+            ),
+            422,
+            "Invalid",
+        ),
+        (
+            send(
+                "GET",
+                "/api/v1/namespaces/default/configmaps?labelSelector=a%20%3E%201",
+                "application/json",
+                "",
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            send(
+                "GET",
+                "/api/v1/namespaces/default/widgets",
+                "application/json",
+                "",
+            ),
+            404,
+            "NotFound",
+        ),
+        (
+            send(
+                "GET",
+                "/api/v1/namespaces/default/configmaps/c/scale",
+                "application/json",
+                "",
+            ),
+            404,
+            "NotFound",
+        ),
+        (
+            send(
+                "PUT",
+                "/api/v1/namespaces/default/configmaps/c",
+                "application/json",
+                r#"{"metadata":{"name":"other"}}"#,
+            ),
+            400,
+            "BadRequest",
+        ),
+    ];
+    for (request, code, reason) in cases {
+        let what = format!("{} {}", request.method(), request.uri());
+        let err = client.request_text(request).await.unwrap_err();
+        let kube::Error::Api(status) = err else {
+            panic!("{what}: expected an API error, got {err}");
+        };
+        assert_eq!(
+            (status.code, status.reason.as_str()),
+            (code, reason),
+            "{what}: {}",
+            status.message
+        );
+    }
+}
