@@ -721,6 +721,12 @@ async fn admit(
             decode_defaults(ctx, &mut obj, old, false)?;
         }
     }
+    if operation == Operation::Create {
+        assign_name(ctx, &mut obj).map_err(|mut e| {
+            e.warnings = ctx.warnings.clone();
+            e
+        })?;
+    }
     validate_object(ctx, &mut obj, old).map_err(|mut e| {
         e.warnings = ctx.warnings.clone();
         e
@@ -938,29 +944,23 @@ async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     ] {
         meta.remove(server_owned);
     }
-    let name = meta
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if name.is_empty() {
-        let Some(prefix) = meta
-            .get("generateName")
+    let named = |field: &str| {
+        meta.get(field)
             .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-        else {
-            return Err(ApiError::invalid(
-                &ctx.rt,
-                "",
-                vec![(
-                    "metadata.name".into(),
-                    "FieldValueRequired".into(),
-                    "Required value: name or generateName is required".into(),
-                )],
-            ));
-        };
-        let suffix: String = uuid::Uuid::new_v4().simple().to_string()[..5].to_string();
-        meta.insert("name".into(), json!(format!("{prefix}{suffix}")));
+            .is_some_and(|n| !n.is_empty())
+    };
+    // With only generateName, the name is made after the mutating webhooks, which see it empty
+    // (as the real server's reviews do).
+    if !named("name") && !named("generateName") {
+        return Err(ApiError::invalid(
+            &ctx.rt,
+            "",
+            vec![(
+                "metadata.name".into(),
+                "FieldValueRequired".into(),
+                "Required value: name or generateName is required".into(),
+            )],
+        ));
     }
     if ctx.rt.status_subresource
         && !(ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty())
@@ -968,7 +968,31 @@ async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     {
         m.remove("status");
     }
-    let name = meta_str(&obj, "name").unwrap_or("").to_string();
+    let obj = admit(ctx, Operation::Create, obj, None).await?;
+    let result = commit_create(ctx, obj.clone());
+    if result.is_err() || ctx.dry_run {
+        release_unstored(ctx, &obj, None);
+    }
+    result
+}
+
+/// Generates a name from `generateName` when there is none, then checks it.
+fn assign_name(ctx: &Ctx, obj: &mut Value) -> Result<(), ApiError> {
+    let meta = meta_mut(obj);
+    let has_name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if !has_name {
+        let prefix = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let suffix = uuid::Uuid::new_v4().simple().to_string()[..5].to_string();
+        meta.insert("name".into(), json!(format!("{prefix}{suffix}")));
+    }
+    let name = meta_str(obj, "name").unwrap_or("").to_string();
     if let Some(message) = invalid_name(&ctx.rt, &name) {
         return Err(ApiError::invalid(
             &ctx.rt,
@@ -976,12 +1000,7 @@ async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
             vec![("metadata.name".into(), "FieldValueInvalid".into(), message)],
         ));
     }
-    let obj = admit(ctx, Operation::Create, obj, None).await?;
-    let result = commit_create(ctx, obj.clone());
-    if result.is_err() || ctx.dry_run {
-        release_unstored(ctx, &obj, None);
-    }
-    result
+    Ok(())
 }
 
 /// The API server's name check: an RFC 1123 label for namespaces and services, an RFC 1123

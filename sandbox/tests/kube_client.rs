@@ -820,3 +820,15 @@ async fn bad_requests_get_precise_status_errors() {
         );
     }
 }
+
+#[tokio::test]
+async fn generate_name_gets_a_random_suffix() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.generate_name = Some("gen-".into());
+    let a = cms.create(&PostParams::default(), &cm).await.unwrap();
+    let b = cms.create(&PostParams::default(), &cm).await.unwrap();
+    assert!(a.name_any().starts_with("gen-") && a.name_any().len() == 9);
+    assert_ne!(a.name_any(), b.name_any());
+}
