@@ -263,6 +263,179 @@ fn deep_merge(target: &mut Value, config: &Value) {
     }
 }
 
+/// The merge key of a list field, by field name (the sandbox has no per-kind schema; these are
+/// the keyed lists of the built-in kinds an operator's children use). `None`: the list is
+/// replaced. `Some("")`: a list of scalars merged as a set (finalizers).
+fn merge_key(field: &str, elements: &[Value]) -> Option<&'static str> {
+    match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets" => Some("name"),
+        "volumeMounts" => Some("mountPath"),
+        "volumeDevices" => Some("devicePath"),
+        "conditions" => Some("type"),
+        "ownerReferences" => Some("uid"),
+        "hostAliases" => Some("ip"),
+        "ports" => {
+            if elements.iter().any(|e| e.get("containerPort").is_some()) {
+                Some("containerPort")
+            } else {
+                Some("port")
+            }
+        }
+        "finalizers" => Some(""),
+        _ => None,
+    }
+}
+
+/// Applies a strategic merge patch, approximating the API server without per-kind schemas:
+/// maps merge, the keyed lists of [`merge_key`] merge by key, other lists are replaced, and the
+/// directives `$patch` (replace/delete/merge), `$setElementOrder/<list>`,
+/// `$deleteFromPrimitiveList/<list>` and `$retainKeys` are honoured rather than stored.
+pub fn strategic_merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch_map) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    match patch_map.get("$patch").and_then(Value::as_str) {
+        Some("replace") => {
+            let mut replaced = patch.clone();
+            strip_directives(&mut replaced);
+            *target = replaced;
+            return;
+        }
+        Some("delete") => {
+            *target = Value::Null;
+            return;
+        }
+        _ => {}
+    }
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(map) = target else {
+        return;
+    };
+    for (key, value) in patch_map {
+        if key.starts_with('$') {
+            if let Some(field) = key.strip_prefix("$deleteFromPrimitiveList/") {
+                if let (Some(Value::Array(items)), Some(remove)) =
+                    (map.get_mut(field), value.as_array())
+                {
+                    items.retain(|i| !remove.contains(i));
+                }
+            }
+            continue;
+        }
+        if value.is_null() {
+            map.remove(key);
+            continue;
+        }
+        match (map.get_mut(key), value) {
+            (Some(existing), Value::Object(_)) if existing.is_object() => {
+                strategic_merge_patch(existing, value);
+                if existing.is_null() {
+                    map.remove(key);
+                }
+            }
+            (Some(Value::Array(existing)), Value::Array(items)) => match merge_key(key, items) {
+                Some("") => {
+                    for item in items {
+                        if !existing.contains(item) {
+                            existing.push(item.clone());
+                        }
+                    }
+                }
+                Some(merge_key) => merge_keyed_list(existing, items, merge_key),
+                None => {
+                    let mut replaced = value.clone();
+                    strip_directives(&mut replaced);
+                    map.insert(key.clone(), replaced);
+                }
+            },
+            _ => {
+                let mut new = value.clone();
+                strip_directives(&mut new);
+                map.insert(key.clone(), new);
+            }
+        }
+        if let Some(Value::Array(order)) = patch_map.get(&format!("$setElementOrder/{key}")) {
+            if let Some(Value::Array(items)) = map.get_mut(key) {
+                reorder(items, order, merge_key(key, order).unwrap_or(""));
+            }
+        }
+    }
+    if let Some(Value::Array(retain)) = patch_map.get("$retainKeys") {
+        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
+        map.retain(|k, _| keep.contains(&k.as_str()));
+    }
+}
+
+fn merge_keyed_list(existing: &mut Vec<Value>, items: &[Value], key: &str) {
+    if items
+        .iter()
+        .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
+        *existing = items
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .cloned()
+            .map(|mut i| {
+                strip_directives(&mut i);
+                i
+            })
+            .collect();
+        return;
+    }
+    for item in items {
+        let id = item.get(key);
+        let position = id.and_then(|id| existing.iter().position(|e| e.get(key) == Some(id)));
+        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+        match (position, delete) {
+            (Some(i), true) => {
+                existing.remove(i);
+            }
+            (None, true) => {}
+            (Some(i), false) => strategic_merge_patch(&mut existing[i], item),
+            (None, false) => {
+                let mut new = item.clone();
+                strip_directives(&mut new);
+                existing.push(new);
+            }
+        }
+    }
+}
+
+fn reorder(items: &mut Vec<Value>, order: &[Value], key: &str) {
+    let rank = |item: &Value| {
+        order.iter().position(|o| {
+            if key.is_empty() {
+                o == item
+            } else {
+                o.get(key).is_some() && o.get(key) == item.get(key)
+            }
+        })
+    };
+    // Stable: listed elements in the given order, unlisted ones after, as they were.
+    items.sort_by_key(|item| rank(item).unwrap_or(usize::MAX));
+}
+
+fn strip_directives(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|k, _| !k.starts_with('$'));
+            for v in map.values_mut() {
+                strip_directives(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_directives),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +485,34 @@ mod tests {
         .unwrap();
         assert_eq!(out, json!({"a": [2, 3], "b": {"c": 5}, "e": 5}));
         assert!(json_patch(&doc, &json!([{"op": "remove", "path": "/zz"}])).is_err());
+    }
+
+    #[test]
+    fn strategic_merge_patch_merges_containers_by_name_and_honours_directives() {
+        let mut doc = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "a:1", "ports": [{"containerPort": 80, "protocol": "TCP"}]},
+            {"name": "b", "image": "b:1"}
+        ]}}}, "metadata": {"finalizers": ["x"]}});
+        strategic_merge_patch(
+            &mut doc,
+            &json!({"spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
+                "containers": [{"name": "a", "image": "a:2"}, {"name": "b", "$patch": "delete"}]
+            }}}, "metadata": {"finalizers": ["y"]}}),
+        );
+        assert_eq!(
+            doc,
+            json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "a", "image": "a:2", "ports": [{"containerPort": 80, "protocol": "TCP"}]}
+            ]}}}, "metadata": {"finalizers": ["x", "y"]}})
+        );
+    }
+
+    #[test]
+    fn strategic_merge_patch_replaces_unkeyed_lists_and_removes_nulls() {
+        let mut doc = json!({"data": {"a": "1", "b": "2"}, "args": ["x", "y"]});
+        strategic_merge_patch(&mut doc, &json!({"data": {"a": null}, "args": ["z"]}));
+        assert_eq!(doc, json!({"data": {"b": "2"}, "args": ["z"]}));
     }
 
     #[test]

@@ -1259,6 +1259,7 @@ async fn update(ctx: &mut Ctx, mut body: Value) -> Result<(StatusCode, Value), A
 enum PatchKind {
     Json,
     Merge,
+    Strategic,
     Apply,
 }
 
@@ -1282,7 +1283,7 @@ fn parse_patch_body(kind: PatchKind, body: &[u8]) -> Result<Value, ApiError> {
         PatchKind::Json if !parsed.is_array() => Err(ApiError::bad_request(
             "json patch must be an array of operations",
         )),
-        PatchKind::Merge | PatchKind::Apply if !parsed.is_object() => {
+        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply if !parsed.is_object() => {
             Err(ApiError::bad_request("the patch must be a JSON object"))
         }
         _ => Ok(parsed),
@@ -1296,11 +1297,10 @@ async fn patch_object(
 ) -> Result<(StatusCode, Value), ApiError> {
     let kind = match content_type {
         "application/json-patch+json" => PatchKind::Json,
-        // Strategic merge patch is treated as a JSON merge patch (list merge keys are not
-        // modelled): kubectl sends it for built-in kinds.
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-            PatchKind::Merge
-        }
+        "application/merge-patch+json" => PatchKind::Merge,
+        // kubectl sends strategic merge patches for built-in kinds; custom resources refuse
+        // them, as on a real server.
+        "application/strategic-merge-patch+json" if ctx.rt.crd.is_none() => PatchKind::Strategic,
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchKind::Apply,
         other => return Err(ApiError::unsupported_media_type(other)),
     };
@@ -1331,6 +1331,11 @@ async fn patch_object(
             PatchKind::Merge => {
                 let mut doc = old.clone();
                 patch::merge_patch(&mut doc, &patch_doc);
+                doc
+            }
+            PatchKind::Strategic => {
+                let mut doc = old.clone();
+                patch::strategic_merge_patch(&mut doc, &patch_doc);
                 doc
             }
             PatchKind::Json => patch::json_patch(&old, &patch_doc).map_err(|e| {

@@ -138,6 +138,26 @@ async fn kubectl_manages_built_in_kinds_by_short_name() {
     assert!(out.contains("team"), "{out}");
     let out = k.ok(&["delete", "cm", "settings"]).await;
     assert!(out.contains("deleted"), "{out}");
+
+    // Client-side apply of a changed Deployment sends a strategic merge patch: the container
+    // is merged by name, nothing of the patch's directives is stored.
+    let deployment = |image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n        ports: [{{containerPort: 8080}}]\n      - name: sidecar\n        image: busybox\n"
+        )
+    };
+    let d = k.file("d.yaml", &deployment("nginx:1"));
+    k.ok(&["apply", "-f", path_str(&d)]).await;
+    let d = k.file("d.yaml", &deployment("nginx:2"));
+    let out = k.ok(&["apply", "-f", path_str(&d)]).await;
+    assert!(out.contains("deployment.apps/web configured"), "{out}");
+    let json = k.ok(&["get", "deploy", "web", "-o", "json"]).await;
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let containers = &value["spec"]["template"]["spec"]["containers"];
+    assert_eq!(containers[0]["image"], "nginx:2", "{json}");
+    assert_eq!(containers[0]["ports"][0]["containerPort"], 8080, "{json}");
+    assert_eq!(containers[1]["name"], "sidecar", "{json}");
+    assert!(!json.contains("$setElementOrder"), "{json}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
