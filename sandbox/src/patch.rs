@@ -321,12 +321,11 @@ pub fn strategic_merge_patch(target: &mut Value, patch: &Value) {
     };
     for (key, value) in patch_map {
         if key.starts_with('$') {
-            if let Some(field) = key.strip_prefix("$deleteFromPrimitiveList/") {
-                if let (Some(Value::Array(items)), Some(remove)) =
+            if let Some(field) = key.strip_prefix("$deleteFromPrimitiveList/")
+                && let (Some(Value::Array(items)), Some(remove)) =
                     (map.get_mut(field), value.as_array())
-                {
-                    items.retain(|i| !remove.contains(i));
-                }
+            {
+                items.retain(|i| !remove.contains(i));
             }
             continue;
         }
@@ -362,10 +361,10 @@ pub fn strategic_merge_patch(target: &mut Value, patch: &Value) {
                 map.insert(key.clone(), new);
             }
         }
-        if let Some(Value::Array(order)) = patch_map.get(&format!("$setElementOrder/{key}")) {
-            if let Some(Value::Array(items)) = map.get_mut(key) {
-                reorder(items, order, merge_key(key, order).unwrap_or(""));
-            }
+        if let Some(Value::Array(order)) = patch_map.get(&format!("$setElementOrder/{key}"))
+            && let Some(Value::Array(items)) = map.get_mut(key)
+        {
+            reorder(items, order, merge_key(key, order).unwrap_or(""));
         }
     }
     if let Some(Value::Array(retain)) = patch_map.get("$retainKeys") {
@@ -409,7 +408,7 @@ fn merge_keyed_list(existing: &mut Vec<Value>, items: &[Value], key: &str) {
     }
 }
 
-fn reorder(items: &mut Vec<Value>, order: &[Value], key: &str) {
+fn reorder(items: &mut [Value], order: &[Value], key: &str) {
     let rank = |item: &Value| {
         order.iter().position(|o| {
             if key.is_empty() {
