@@ -241,6 +241,44 @@ fn drop_unapplied(
     }
 }
 
+/// Fields (as `.a.b` paths) that `config` would change in `current` and that another manager's
+/// applied configuration `other` sets to a different value: server-side apply conflicts.
+pub fn apply_conflicts(current: &Value, config: &Value, other: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    collect_conflicts(Some(current), config, other, "", &mut out);
+    out
+}
+
+fn collect_conflicts(
+    current: Option<&Value>,
+    config: &Value,
+    other: &Value,
+    path: &str,
+    out: &mut Vec<String>,
+) {
+    let (Value::Object(config), Value::Object(other)) = (config, other) else {
+        return;
+    };
+    for (key, value) in config {
+        if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind") {
+            continue;
+        }
+        if path == ".metadata" && matches!(key.as_str(), "name" | "namespace") {
+            continue;
+        }
+        let Some(theirs) = other.get(key) else {
+            continue;
+        };
+        let child = format!("{path}.{key}");
+        let now = current.and_then(|c| c.get(key));
+        if value.is_object() && theirs.is_object() {
+            collect_conflicts(now, value, theirs, &child, out);
+        } else if theirs != value && now != Some(value) {
+            out.push(child);
+        }
+    }
+}
+
 fn deep_merge(target: &mut Value, config: &Value) {
     match (target, config) {
         (Value::Object(t), Value::Object(c)) => {
@@ -525,6 +563,18 @@ mod tests {
             out,
             json!({"spec": {"a": 5, "c": 3}, "metadata": {"labels": {"y": "2", "z": "3"}}})
         );
+    }
+
+    #[test]
+    fn apply_conflicts_name_fields_another_manager_applies_differently() {
+        let current = json!({"spec": {"a": 1, "b": 2}});
+        let other = json!({"spec": {"a": 1, "b": 2}});
+        assert_eq!(
+            apply_conflicts(&current, &json!({"spec": {"a": 5}}), &other),
+            [".spec.a"]
+        );
+        assert!(apply_conflicts(&current, &json!({"spec": {"a": 1}}), &other).is_empty());
+        assert!(apply_conflicts(&current, &json!({"spec": {"c": 1}}), &other).is_empty());
     }
 
     #[test]

@@ -1359,7 +1359,7 @@ async fn patch_object(
                     )
                 };
                 let previous = state.applied.get(&key_of(&manager)).cloned();
-                let others: Vec<Value> = state
+                let mut others: Vec<(String, Value)> = state
                     .applied
                     .iter()
                     .filter(|((r, n, nm, s, m), _)| {
@@ -1369,10 +1369,14 @@ async fn patch_object(
                             && *s == sub
                             && *m != manager
                     })
-                    .map(|(_, v)| v.clone())
+                    .map(|((.., m), v)| (m.clone(), v.clone()))
                     .collect();
                 drop(state);
-                let others_ref: Vec<&Value> = others.iter().collect();
+                others.sort_by(|a, b| a.0.cmp(&b.0));
+                if ctx.query.get("force").map(String::as_str) != Some("true") {
+                    check_apply_conflicts(ctx, &old, &patch_doc, &others)?;
+                }
+                let others_ref: Vec<&Value> = others.iter().map(|(_, v)| v).collect();
                 patch::apply(&old, previous.as_ref(), &others_ref, &patch_doc)
             }
         };
@@ -1394,6 +1398,53 @@ async fn patch_object(
         }
     }
     Err(ApiError::conflict(&ctx.rt, ctx.name()))
+}
+
+/// Server-side apply without `force`: 409 when the configuration changes a field another
+/// manager applies with a different value.
+fn check_apply_conflicts(
+    ctx: &Ctx,
+    current: &Value,
+    config: &Value,
+    others: &[(String, Value)],
+) -> Result<(), ApiError> {
+    let mut conflicts: Vec<(String, String)> = Vec::new();
+    for (manager, applied) in others {
+        for path in patch::apply_conflicts(current, config, applied) {
+            conflicts.push((manager.clone(), path));
+        }
+    }
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    let api_version = ctx.rt.api_version();
+    let message = if let [(manager, path)] = conflicts.as_slice() {
+        format!(
+            "Apply failed with 1 conflict: conflict with \"{manager}\" using {api_version}: {path}"
+        )
+    } else {
+        let lines: Vec<String> = conflicts
+            .iter()
+            .map(|(m, p)| format!("- conflict with \"{m}\" using {api_version}: {p}"))
+            .collect();
+        format!(
+            "Apply failed with {} conflicts:\n{}",
+            conflicts.len(),
+            lines.join("\n")
+        )
+    };
+    let mut err = ApiError::new(409, "Conflict", message);
+    err.details = Some(Box::new(json!({
+        "name": ctx.name(),
+        "group": ctx.rt.group,
+        "kind": ctx.rt.plural,
+        "causes": conflicts.iter().map(|(m, p)| json!({
+            "reason": "FieldManagerConflict",
+            "message": format!("conflict with \"{m}\" using {api_version}"),
+            "field": p,
+        })).collect::<Vec<_>>(),
+    })));
+    Err(err)
 }
 
 fn remember_apply(ctx: &Ctx, sub: &str, manager: &str, config: &Value) {

@@ -832,3 +832,42 @@ async fn generate_name_gets_a_random_suffix() {
     assert!(a.name_any().starts_with("gen-") && a.name_any().len() == 9);
     assert_ne!(a.name_any(), b.name_any());
 }
+
+#[tokio::test]
+async fn server_side_apply_conflicts_with_another_manager_unless_forced() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let config = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": v}});
+    cms.patch(
+        "c",
+        &PatchParams::apply("first"),
+        &Patch::Apply(config("1")),
+    )
+    .await
+    .unwrap();
+    let err = cms
+        .patch(
+            "c",
+            &PatchParams::apply("second"),
+            &Patch::Apply(config("2")),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 409);
+    assert_eq!(
+        status.message,
+        "Apply failed with 1 conflict: conflict with \"first\" using v1: .data.k"
+    );
+    let forced = cms
+        .patch(
+            "c",
+            &PatchParams::apply("second").force(),
+            &Patch::Apply(config("2")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["k"], "2");
+}
