@@ -164,7 +164,7 @@ pub struct AdmissionArgs {
     pub max_replicas: i32,
     /// An env variable every MyApp gets unless it sets that name itself, as NAME=VALUE.
     /// Repeatable; the environment variable takes a comma-separated list.
-    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = ',', value_parser = parse_env)]
+    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = ',', value_parser = crate::admission::parse_default_env)]
     pub default_env: Vec<EnvVar>,
 }
 
@@ -177,35 +177,6 @@ pub struct LogArgs {
     /// Log filter in RUST_LOG syntax, e.g. `info` or `myapp_operator=debug,kube=warn`.
     #[arg(long, env = "MYAPP_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-}
-
-/// Parses `NAME=VALUE` into an env entry, checking the name like the CRD schema does.
-pub fn parse_env(text: &str) -> Result<EnvVar, String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not NAME=VALUE (for an empty value write NAME=)"))?;
-    let valid = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || "-._".contains(c))
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
-    if !valid || name.len() > crate::crd::MAX_ENV_NAME_LEN {
-        return Err(format!(
-            "{name:?} is not a valid env variable name: letters, digits, '_', '-' and '.', not starting with a digit"
-        ));
-    }
-    if value.len() > crate::crd::MAX_ENV_VALUE_LEN {
-        return Err(format!(
-            "the value of {name} is longer than {} bytes",
-            crate::crd::MAX_ENV_VALUE_LEN
-        ));
-    }
-    Ok(EnvVar {
-        name: name.to_owned(),
-        value: value.to_owned(),
-    })
 }
 
 /// Parses durations such as `500ms`, `10s`, `5m`, `1h`.
@@ -263,7 +234,7 @@ mod tests {
         let err =
             Cli::try_parse_from(["myapp-operator", "run", "--default-env", "1A=x"]).unwrap_err();
         assert!(
-            err.to_string().contains("not a valid env variable name"),
+            err.to_string().contains("must not start with a digit"),
             "{err}"
         );
         let err =

@@ -78,4 +78,14 @@ pub enum Error {
     /// A global subscriber was already installed.
     #[error("failed to install the log subscriber: {0}")]
     InstallLogger(#[source] tracing_subscriber::util::TryInitError),
+    // --- run ---
+    /// No cluster could be reached from the kubeconfig or the in-cluster service account.
+    #[error("failed to connect to the cluster (set KUBECONFIG or run in a pod): {0}")]
+    ConnectCluster(#[source] kube::Error),
+    /// Installing the SIGTERM handler failed.
+    #[error("failed to install the SIGTERM handler: {0}")]
+    InstallSignalHandler(#[source] std::io::Error),
+    /// The webhook server did not start (certificates, address, warm-up).
+    #[error("failed to start the webhook server: {0}")]
+    StartWebhook(#[source] webhook::Error),
 }

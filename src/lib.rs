@@ -11,6 +11,7 @@ pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod resources;
+pub mod run;
 pub mod telemetry;
 
 pub use error::Error;
