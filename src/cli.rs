@@ -92,13 +92,10 @@ pub struct DevArgs {
     /// Address of the admin server (loopback; port 0 picks a free one).
     #[arg(long, env = "MYAPP_DEV_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     pub admin_addr: SocketAddr,
-    /// Where to write the kubeconfig that points at the in-memory API server.
-    #[arg(
-        long,
-        env = "MYAPP_DEV_KUBECONFIG",
-        default_value = "target/dev/kubeconfig"
-    )]
-    pub kubeconfig: PathBuf,
+    /// Where to write the kubeconfig that points at the in-memory API server, and the
+    /// generated certificates.
+    #[arg(long, env = "MYAPP_DEV_STATE_DIR", default_value_os_t = crate::dev::default_state_dir())]
+    pub state_dir: PathBuf,
     /// How long the simulated Deployment controller takes to roll out a change.
     #[arg(long, env = "MYAPP_DEV_ROLLOUT_DELAY", default_value = "3s", value_parser = parse_duration)]
     pub rollout_delay: Duration,

@@ -7,6 +7,7 @@ pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod dev;
 pub mod error;
 pub mod leader;
 pub mod metrics;

@@ -25,8 +25,9 @@ fn main() -> anyhow::Result<()> {
             telemetry::init(args.log.log_format, &args.log.log_level)?;
             runtime()?.block_on(run::run(args))?;
         }
-        Command::Dev(_) => {
-            anyhow::bail!("`dev` is not built yet: it arrives with the sandbox API server")
+        Command::Dev(args) => {
+            telemetry::init(args.log.log_format, &args.log.log_level)?;
+            runtime()?.block_on(myapp_operator::dev::dev(args))?;
         }
     }
     Ok(())
