@@ -89,6 +89,17 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
             r["categories"] = json!(t.categories);
         }
         resources.push(r);
+        if t.scale.is_some() {
+            resources.push(json!({
+                "name": format!("{}/scale", t.plural),
+                "singularName": "",
+                "namespaced": t.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if t.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", t.plural),

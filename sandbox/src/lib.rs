@@ -24,6 +24,8 @@ pub mod patch;
 pub mod registry;
 /// The simulated Deployment controller.
 mod rollout;
+/// The `scale` subresource.
+pub mod scale;
 /// Structural schemas of CRDs: validation, pruning, defaulting, CEL.
 pub mod schema;
 /// Label and field selectors.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+use crate::scale::ScalePaths;
 use crate::schema::CrdSchema;
 use crate::table::PrinterColumn;
 
@@ -39,6 +40,8 @@ pub struct ResourceType {
     pub openapi_schema: Option<serde_json::Value>,
     /// A CRD version's `additionalPrinterColumns` (empty: Name and Age).
     pub printer_columns: Vec<PrinterColumn>,
+    /// Where the `scale` subresource reads and writes, if served.
+    pub scale: Option<ScalePaths>,
 }
 
 impl ResourceType {
@@ -129,6 +132,12 @@ impl Registry {
                 schema: None,
                 openapi_schema: None,
                 printer_columns: Vec::new(),
+                scale: (b.kind == "Deployment").then(|| ScalePaths {
+                    spec_replicas: ".spec.replicas".into(),
+                    status_replicas: ".status.replicas".into(),
+                    label_selector: None,
+                    selector_from_match_labels: true,
+                }),
             };
             types.insert(
                 (t.group.clone(), t.version.clone(), t.plural.clone()),
@@ -240,6 +249,14 @@ impl Registry {
                         json_path: c.json_path.clone(),
                     })
                     .collect(),
+                scale: subresources
+                    .and_then(|s| s.scale.as_ref())
+                    .map(|s| ScalePaths {
+                        spec_replicas: s.spec_replicas_path.clone(),
+                        status_replicas: s.status_replicas_path.clone(),
+                        label_selector: s.label_selector_path.clone(),
+                        selector_from_match_labels: false,
+                    }),
             });
         }
         self.unregister_crd(&name);

@@ -871,3 +871,38 @@ async fn server_side_apply_conflicts_with_another_manager_unless_forced() {
         .unwrap();
     assert_eq!(forced.data.unwrap()["k"], "2");
 }
+
+#[tokio::test]
+async fn the_scale_subresource_reads_and_writes_replicas() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let deployments: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "d"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let scale = deployments.get_scale("d").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(2));
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=d"));
+    let scaled = deployments
+        .patch_scale(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(5));
+    let d = deployments.get("d").await.unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(5));
+    assert_eq!(d.metadata.generation, Some(2));
+}

@@ -59,6 +59,18 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
         "{yaml}"
     );
 
+    // scale goes through the scale subresource; the schema still applies.
+    let out = k.ok(&["scale", "widget", "w1", "--replicas=4"]).await;
+    assert!(out.contains("widget.sandbox.test/w1 scaled"), "{out}");
+    let out = k
+        .ok(&["get", "wd", "w1", "-o", "jsonpath={.spec.replicas}"])
+        .await;
+    assert_eq!(out, "4");
+    let out = k.run(&["scale", "widget", "w1", "--replicas=11"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.replicas"));
+    k.ok(&["scale", "widget", "w1", "--replicas=2"]).await;
+
     // explain reads the CRD schema from the OpenAPI v3 document.
     let out = k.ok(&["explain", "widgets.spec"]).await;
     assert!(out.contains("replicas"), "{out}");

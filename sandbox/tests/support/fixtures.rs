@@ -21,6 +21,10 @@ use serde::{Deserialize, Serialize};
     status = "WidgetStatus",
     shortname = "wd",
     category = "all",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.observed_replicas"
+    ),
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#
 )]
 pub struct WidgetSpec {
