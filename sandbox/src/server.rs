@@ -295,7 +295,7 @@ pub(crate) struct Ctx {
     pub query: HashMap<String, String>,
     pub meta_only: bool,
     /// Whether the client asked for a `Table` (kubectl get).
-    table: bool,
+    pub table: bool,
     dry_run: bool,
     /// Whether the request is a PATCH (for the admission options kind).
     patch: bool,

@@ -81,9 +81,28 @@ pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
             None
         }
     };
+    let as_table = ctx.table;
     let render = {
         let rt = rt.clone();
-        move |kind: &str, obj: &Value| json!({"type": kind, "object": present(&rt, obj, meta_only)})
+        // kubectl get -w asks for Tables: each event carries a one-row Table, the column
+        // definitions only in the first (kubectl prints the header once).
+        let first_table = std::sync::atomic::AtomicBool::new(true);
+        move |kind: &str, obj: &Value| {
+            if as_table {
+                let mut table = crate::table::table(&rt, &[obj], 0);
+                if !first_table.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    table["columnDefinitions"] = json!([]);
+                }
+                if let Some(m) = table.get_mut("metadata") {
+                    m["resourceVersion"] = obj
+                        .pointer("/metadata/resourceVersion")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                }
+                return json!({"type": kind, "object": table});
+            }
+            json!({"type": kind, "object": present(&rt, obj, meta_only)})
+        }
     };
     let bookmark = {
         let rt = rt.clone();
