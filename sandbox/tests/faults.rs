@@ -186,3 +186,28 @@ async fn a_watch_from_a_version_older_than_the_log_gets_one_410_error_event() {
     assert_eq!(lines[0]["object"]["code"], 410);
     assert_eq!(lines[0]["object"]["reason"], "Expired");
 }
+
+#[tokio::test]
+async fn a_watch_ends_after_its_timeout_seconds() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    let request = axum::http::Request::get(
+        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
+    )
+    .body(Vec::new())
+    .unwrap();
+    // request_text reads to the end of the stream: it returns only because the watch ends.
+    let body = client.request_text(request).await.unwrap();
+    let events: Vec<serde_json::Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 1, "{body}");
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "a");
+    assert!(events[0]["object"]["metadata"]["resourceVersion"].is_string());
+}
