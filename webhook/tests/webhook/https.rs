@@ -311,3 +311,45 @@ async fn shutdown_drains_then_finishes_in_flight_requests_with_connection_close(
         "no longer accepting"
     );
 }
+
+#[tokio::test]
+async fn a_request_not_answered_in_time_gets_408_and_the_connection_closes() {
+    let pki = Pki::new();
+    let dir = SecretDir::new(&pki.pair());
+    let slow = Router::new().route(
+        "/slow",
+        post(|| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "too late"
+        }),
+    );
+    let server = start(&dir, slow, |config| {
+        config.request_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let mut client = client(server.addr(), pki.client_config(&[b"http/1.1"]))
+        .await
+        .unwrap();
+    let answer = timeout(PATIENCE, client.post("/slow", b"{}".to_vec()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 408);
+    assert_eq!(answer.headers["connection"], "close");
+    let _ = timeout(PATIENCE, client.connection).await.unwrap();
+    assert_eq!(server.metrics.rejections(Rejection::RequestTimeout), 1);
+}
+
+#[tokio::test]
+async fn a_silent_client_is_dropped_by_the_handshake_timeout() {
+    let dir = SecretDir::new(&Pki::new().pair());
+    let server = start(&dir, Router::new(), |config| {
+        config.handshake_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = timeout(PATIENCE, tcp.read_to_end(&mut rest)).await.unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(server.metrics.rejections(Rejection::HandshakeTimeout), 1);
+}
