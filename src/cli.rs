@@ -1,6 +1,10 @@
 //! The command line: flags are the interface, documented by `--help`, each with an env fallback.
 
-use clap::{Parser, Subcommand};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{crd::EnvVar, telemetry::LogFormat};
 
 /// Kubernetes operator for `MyApp` (example.com/v1): a controller that keeps each app's
 /// Deployment and Service equal to its spec, and the admission webhook that validates and
@@ -18,25 +22,267 @@ pub enum Command {
     /// Run the operator against the cluster of the current kube-context (controller, webhook and
     /// admin servers in one process).
     Run(RunArgs),
+    /// Run everything locally with no cluster: an in-memory API server on loopback, the webhook
+    /// with a fresh certificate, and the controller; prints how to point kubectl at it.
+    Dev(DevArgs),
     /// Print the MyApp CustomResourceDefinition as YAML (the content of deploy/crd.yaml).
     Crd,
+    /// Write a fresh local CA and webhook serving certificate (ECDSA P-256) for running the
+    /// webhook outside a cluster: ca.crt, tls.crt, tls.key.
+    Certs(CertsArgs),
+}
+
+/// Flags of `certs`.
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key into (created if missing).
+    #[arg(long, default_value = "certs")]
+    pub out: PathBuf,
+    /// A DNS name or IP address the serving certificate is valid for. Repeatable. Defaults to
+    /// the in-cluster Service names and localhost / 127.0.0.1.
+    #[arg(long = "san", default_values_t = default_sans())]
+    pub sans: Vec<String>,
+}
+
+fn default_sans() -> Vec<String> {
+    let mut sans = crate::certs::service_sans("myapp-operator-webhook", "myapp-system");
+    sans.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
+    sans
 }
 
 /// Flags of `run`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+    /// Directory holding the webhook's serving certificate and key (`tls.crt`, `tls.key`), as a
+    /// mounted Secret provides it; watched and polled for renewals.
+    #[arg(
+        long,
+        env = "MYAPP_CERT_DIR",
+        default_value = "/etc/myapp-operator/tls"
+    )]
+    pub cert_dir: PathBuf,
+    /// Address of the admin server (`/livez`, `/readyz`, `/metrics`, plain HTTP).
+    #[arg(long, env = "MYAPP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: SocketAddr,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Flags of `dev`.
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Address of the in-memory API server (loopback; port 0 picks a free one).
+    #[arg(long, env = "MYAPP_DEV_API_ADDR", default_value = "127.0.0.1:6443")]
+    pub api_addr: SocketAddr,
+    /// Address of the webhook server (loopback; port 0 picks a free one).
+    #[arg(
+        long = "webhook-addr",
+        env = "MYAPP_DEV_WEBHOOK_ADDR",
+        default_value = "127.0.0.1:8443"
+    )]
+    pub webhook_addr: SocketAddr,
+    /// Address of the admin server (loopback; port 0 picks a free one).
+    #[arg(long, env = "MYAPP_DEV_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+    /// Where to write the kubeconfig that points at the in-memory API server.
+    #[arg(
+        long,
+        env = "MYAPP_DEV_KUBECONFIG",
+        default_value = "target/dev/kubeconfig"
+    )]
+    pub kubeconfig: PathBuf,
+    /// How long the simulated Deployment controller takes to roll out a change.
+    #[arg(long, env = "MYAPP_DEV_ROLLOUT_DELAY", default_value = "3s", value_parser = parse_duration)]
+    pub rollout_delay: Duration,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Webhook server flags.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// Address of the HTTPS admission webhook server.
+    #[arg(long, env = "MYAPP_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    pub webhook_addr: SocketAddr,
+    /// After SIGTERM, keep answering webhook calls this long before closing (the API server keeps
+    /// sending on pooled connections after the pod left the Service's endpoints).
+    #[arg(long, env = "MYAPP_DRAIN_DELAY", default_value = "10s", value_parser = parse_duration)]
+    pub drain_delay: Duration,
+}
+
+/// Leader election flags.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// Reconcile only while holding a Lease, so that several replicas can run (all serve the
+    /// webhook). Turn off only when exactly one replica runs.
+    #[arg(long, env = "MYAPP_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, env = "MYAPP_LEASE_NAME", default_value = "myapp-operator")]
+    pub lease_name: String,
+    /// Namespace of the Lease: the operator's own (from the downward API in a cluster).
+    #[arg(long, env = "MYAPP_LEASE_NAMESPACE", default_value = "myapp-system")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease and in Events (the pod name in a cluster).
+    /// Defaults to the host name and process id.
+    #[arg(long, env = "MYAPP_IDENTITY")]
+    pub identity: Option<String>,
+}
+
+/// Controller flags.
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// How many MyApps are reconciled at once.
+    #[arg(long, env = "MYAPP_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Safety-net resync period of every MyApp (jittered), besides watch events.
+    #[arg(long, env = "MYAPP_RESYNC", default_value = "5m", value_parser = parse_duration)]
+    pub resync: Duration,
+    /// Deadline of one reconcile.
+    #[arg(long, env = "MYAPP_RECONCILE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub reconcile_timeout: Duration,
+}
+
+/// Admission (webhook rule) flags.
+#[derive(Debug, Args)]
+pub struct AdmissionArgs {
     /// Maximum `spec.replicas` the webhook admits (the CRD schema allows up to 1000).
     #[arg(long, env = "MYAPP_MAX_REPLICAS", default_value_t = crate::crd::MAX_REPLICAS,
           value_parser = clap::value_parser!(i32).range(0..=i64::from(crate::crd::MAX_REPLICAS)))]
     pub max_replicas: i32,
+    /// An env variable every MyApp gets unless it sets that name itself, as NAME=VALUE.
+    /// Repeatable; the environment variable takes a comma-separated list.
+    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = ',', value_parser = parse_env)]
+    pub default_env: Vec<EnvVar>,
+}
+
+/// Logging flags.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log format: `plain` for people, `json` for log collectors.
+    #[arg(long, env = "MYAPP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    pub log_format: LogFormat,
+    /// Log filter in RUST_LOG syntax, e.g. `info` or `myapp_operator=debug,kube=warn`.
+    #[arg(long, env = "MYAPP_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Parses `NAME=VALUE` into an env entry, checking the name like the CRD schema does.
+pub fn parse_env(text: &str) -> Result<EnvVar, String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=VALUE (for an empty value write NAME=)"))?;
+    let valid = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || "-._".contains(c))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+    if !valid || name.len() > crate::crd::MAX_ENV_NAME_LEN {
+        return Err(format!(
+            "{name:?} is not a valid env variable name: letters, digits, '_', '-' and '.', not starting with a digit"
+        ));
+    }
+    if value.len() > crate::crd::MAX_ENV_VALUE_LEN {
+        return Err(format!(
+            "the value of {name} is longer than {} bytes",
+            crate::crd::MAX_ENV_VALUE_LEN
+        ));
+    }
+    Ok(EnvVar {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    })
+}
+
+/// Parses durations such as `500ms`, `10s`, `5m`, `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 500ms, 10s, 5m or 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{text:?} has no unit: write 500ms, 10s, 5m or 1h")),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
-        super::Cli::command().debug_assert();
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn default_env_is_repeatable_and_checked() {
+        let cli = Cli::try_parse_from([
+            "myapp-operator",
+            "run",
+            "--default-env",
+            "A=1",
+            "--default-env",
+            "B=x=y",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("run")
+        };
+        let pairs: Vec<(String, String)> = args
+            .admission
+            .default_env
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect();
+        assert_eq!(
+            pairs,
+            [("A".into(), "1".into()), ("B".into(), "x=y".into())]
+        );
+        let err =
+            Cli::try_parse_from(["myapp-operator", "run", "--default-env", "1A=x"]).unwrap_err();
+        assert!(
+            err.to_string().contains("not a valid env variable name"),
+            "{err}"
+        );
+        let err =
+            Cli::try_parse_from(["myapp-operator", "run", "--default-env", "NOVALUE"]).unwrap_err();
+        assert!(err.to_string().contains("is not NAME=VALUE"), "{err}");
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("10").unwrap_err().contains("no unit"));
+        assert!(parse_duration("ten s").is_err());
+    }
+
+    #[test]
+    fn max_replicas_cannot_exceed_the_schema_bound() {
+        let err =
+            Cli::try_parse_from(["myapp-operator", "run", "--max-replicas", "1001"]).unwrap_err();
+        assert!(err.to_string().contains("1001"), "{err}");
     }
 }

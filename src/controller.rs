@@ -28,6 +28,7 @@ use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
+    Error,
     crd::{MyApp, Phase},
     metrics::{Metrics, ResultLabels},
     resources::{self, FIELD_MANAGER, Rollout},
@@ -35,32 +36,6 @@ use crate::{
 
 /// The field manager that keeps `spec.replicas` of a Deployment when a MyApp stops setting it.
 pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";
-
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Applying the child Deployment failed.
-    #[error("failed to apply Deployment: {0}")]
-    ApplyDeployment(#[source] kube::Error),
-    /// Applying the child Service failed.
-    #[error("failed to apply Service: {0}")]
-    ApplyService(#[source] kube::Error),
-    /// Handing `spec.replicas` of the Deployment over to the handoff manager failed.
-    #[error("failed to hand over Deployment replicas: {0}")]
-    HandOffReplicas(#[source] kube::Error),
-    /// Writing `.status` of the MyApp failed.
-    #[error("failed to patch MyApp status: {0}")]
-    PatchStatus(#[source] kube::Error),
-    /// The MyApp has no namespace (it is a namespaced kind, so the API never sends one without).
-    #[error("MyApp {0} has no namespace")]
-    MissingNamespace(String),
-    /// The reconcile took longer than its deadline.
-    #[error("reconcile did not finish within {0:?}")]
-    Deadline(Duration),
-    /// A watch cache was dropped (the controller is shutting down).
-    #[error("a watch cache is gone: the controller is shutting down")]
-    CacheGone,
-}
 
 /// Tunables of the controller, set from the CLI.
 #[derive(Clone, Debug)]
@@ -207,7 +182,7 @@ pub async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Err
     let deadline = ctx.config.reconcile_timeout;
     let result = tokio::time::timeout(deadline, reconcile_once(&app, &ctx).instrument(span))
         .await
-        .unwrap_or(Err(Error::Deadline(deadline)));
+        .unwrap_or(Err(Error::ReconcileDeadline(deadline)));
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());

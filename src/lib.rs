@@ -1,9 +1,16 @@
 //! myapp-operator: a controller for the `MyApp` custom resource and its admission webhook.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod admission;
+pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod error;
+pub mod leader;
 pub mod metrics;
 pub mod resources;
+pub mod telemetry;
+
+pub use error::Error;

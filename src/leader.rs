@@ -1,0 +1,210 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease: only the holder reconciles.
+//!
+//! Written here rather than taken from kube-lease-manager (which does support kube 5) for one
+//! property that library lacks: when renewals fail (API unreachable), its watch channel keeps
+//! saying "leader" after the lease has expired, so a partitioned replica would go on
+//! reconciling beside the new holder. Here leadership ends locally at `start of the last
+//! successful renewal + duration - grace`, and other replicas only consider the lease expired
+//! `duration` after they *observed* its last change (as client-go does), so the two never
+//! overlap, whatever the clocks of the nodes say.
+
+use crate::Error;
+use std::{future::Future, time::Duration};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{Api, Client, api::PostParams};
+use tokio::{sync::watch, time::Instant};
+use tracing::{info, warn};
+
+/// Lease settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Lease name.
+    pub name: String,
+    /// Lease namespace (the operator's own).
+    pub namespace: String,
+    /// This replica's identity (the pod name in a cluster).
+    pub identity: String,
+    /// How long a lease stays valid after its last renewal.
+    pub duration: Duration,
+    /// How often the holder renews, and a candidate retries.
+    pub retry_period: Duration,
+    /// Safety margin: the holder stops leading this long before others may take over.
+    pub grace: Duration,
+}
+
+impl Config {
+    /// Defaults as in client-go's leader election: 15 s lease, 2 s retry.
+    pub fn new(
+        name: impl Into<String>,
+        namespace: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            identity: identity.into(),
+            duration: Duration::from_secs(15),
+            retry_period: Duration::from_secs(2),
+            grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// What a candidate last saw of the Lease, and when it saw it change.
+struct Observed {
+    record: (Option<String>, Option<MicroTime>),
+    at: Instant,
+}
+
+/// Takes part in the election until `shutdown` resolves, publishing on `leading` whether this
+/// replica holds the lease; on shutdown a held lease is released so another replica takes over
+/// at once instead of after `duration`.
+pub async fn run(
+    client: Client,
+    config: Config,
+    leading: watch::Sender<bool>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let api = Api::<Lease>::namespaced(client, &config.namespace);
+    let mut observed: Option<Observed> = None;
+    let mut leading_until: Option<Instant> = None;
+    tokio::pin!(shutdown);
+    loop {
+        let started = Instant::now();
+        // A renewal may not outlive leadership: bound each call by what is left of it.
+        let budget = leading_until.map_or(config.retry_period, |until| {
+            until.saturating_duration_since(started)
+        });
+        let outcome = tokio::time::timeout(
+            budget.max(Duration::from_millis(100)),
+            try_acquire_or_renew(&api, &config, &mut observed),
+        )
+        .await
+        .unwrap_or(Err(Error::LeaseDeadline(budget)));
+        match outcome {
+            Ok(true) => {
+                leading_until = Some(started + config.duration.saturating_sub(config.grace))
+            }
+            Ok(false) => leading_until = None,
+            Err(error) => warn!(%error, lease = %config.name, "Lease renewal failed"),
+        }
+        let is_leader = leading_until.is_some_and(|until| Instant::now() < until);
+        if !is_leader {
+            leading_until = None;
+        }
+        leading.send_if_modified(|was| {
+            if *was != is_leader {
+                info!(identity = %config.identity, leader = is_leader, "Leadership changed");
+                *was = is_leader;
+                true
+            } else {
+                false
+            }
+        });
+        let next = (started + config.retry_period)
+            .min(leading_until.unwrap_or(Instant::now() + config.retry_period));
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep_until(next) => {}
+        }
+    }
+    if *leading.borrow() {
+        leading.send_replace(false);
+        match release(&api, &config).await {
+            Ok(()) => info!(lease = %config.name, "Lease released"),
+            Err(error) => warn!(%error, lease = %config.name, "Failed to release Lease"),
+        }
+    }
+}
+
+/// One election step: returns whether this replica holds the lease afterwards.
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    config: &Config,
+    observed: &mut Option<Observed>,
+) -> Result<bool, Error> {
+    let now = MicroTime(Timestamp::now());
+    let Some(mut lease) = api.get_opt(&config.name).await.map_err(Error::ReadLease)? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(spec(config, now.clone(), now, 0)),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(Error::CreateLease(error)),
+        };
+    };
+    let current = lease.spec.clone().unwrap_or_default();
+    let holder = current.holder_identity.clone().filter(|h| !h.is_empty());
+    let record = (holder.clone(), current.renew_time.clone());
+    if observed.as_ref().is_none_or(|o| o.record != record) {
+        *observed = Some(Observed {
+            record,
+            at: Instant::now(),
+        });
+    }
+    let mine = holder.as_deref() == Some(config.identity.as_str());
+    let lease_duration = current
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(config.duration, Duration::from_secs);
+    let expired = observed
+        .as_ref()
+        .is_some_and(|o| o.at.elapsed() >= lease_duration);
+    if holder.is_some() && !mine && !expired {
+        return Ok(false);
+    }
+    let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!mine);
+    let acquired = if mine {
+        current.acquire_time.unwrap_or_else(|| now.clone())
+    } else {
+        now.clone()
+    };
+    lease.spec = Some(spec(config, acquired, now, transitions));
+    // `replace` carries the resourceVersion we read: a concurrent writer makes it fail with 409.
+    match api
+        .replace(&config.name, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(error) => Err(Error::UpdateLease(error)),
+    }
+}
+
+async fn release(api: &Api<Lease>, config: &Config) -> Result<(), Error> {
+    let mut lease = api.get(&config.name).await.map_err(Error::ReadLease)?;
+    let Some(spec) = lease.spec.as_mut() else {
+        return Ok(());
+    };
+    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+        return Ok(());
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
+    api.replace(&config.name, &PostParams::default(), &lease)
+        .await
+        .map_err(Error::UpdateLease)?;
+    Ok(())
+}
+
+fn spec(config: &Config, acquired: MicroTime, renewed: MicroTime, transitions: i32) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(config.identity.clone()),
+        lease_duration_seconds: Some(i32::try_from(config.duration.as_secs()).unwrap_or(i32::MAX)),
+        acquire_time: Some(acquired),
+        renew_time: Some(renewed),
+        lease_transitions: Some(transitions),
+        ..LeaseSpec::default()
+    }
+}

@@ -1,0 +1,34 @@
+//! Logging: `tracing` with structured fields, JSON for clusters or plain text for people.
+
+use crate::Error;
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (for log collectors).
+    Json,
+    /// Human-readable lines.
+    Plain,
+}
+
+/// Installs the global subscriber. `filter` uses `RUST_LOG` syntax.
+pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
+    let filter = EnvFilter::try_new(filter).map_err(|source| Error::ParseLogFilter {
+        filter: filter.to_owned(),
+        source,
+    })?;
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Json => registry
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false),
+            )
+            .try_init(),
+        LogFormat::Plain => registry.with(fmt::layer().with_target(false)).try_init(),
+    }
+    .map_err(Error::InstallLogger)
+}

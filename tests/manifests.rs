@@ -1,0 +1,497 @@
+//! The install manifests in `deploy/` and the Dockerfile, checked without a cluster.
+
+use std::{collections::BTreeSet, path::Path};
+
+use k8s_openapi::{
+    api::{
+        admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+        apps::v1::Deployment,
+        core::v1::{Container, Namespace, PodSpec, Service, ServiceAccount},
+        networking::v1::NetworkPolicy,
+        policy::v1::PodDisruptionBudget,
+        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+fn deploy(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file)
+}
+
+/// Every YAML document of a file, as JSON values.
+fn documents(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(deploy(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn all_documents() -> Vec<(String, Value)> {
+    kustomization_resources()
+        .into_iter()
+        .flat_map(|file| documents(&file).into_iter().map(move |d| (file.clone(), d)))
+        .collect()
+}
+
+fn kustomization_resources() -> Vec<String> {
+    let k = &documents("kustomization.yaml")[0];
+    k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn typed<T: DeserializeOwned>(doc: &Value) -> T {
+    serde_json::from_value(doc.clone())
+        .unwrap_or_else(|e| panic!("{} {}: {e}", doc["kind"], doc["metadata"]["name"]))
+}
+
+fn one<T: DeserializeOwned>(kind: &str, name: &str) -> T {
+    let doc = all_documents()
+        .into_iter()
+        .map(|(_, d)| d)
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/"));
+    typed(&doc)
+}
+
+fn operator_pod() -> PodSpec {
+    one::<Deployment>("Deployment", "myapp-operator")
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+}
+
+fn operator_container() -> Container {
+    operator_pod()
+        .containers
+        .into_iter()
+        .find(|c| c.name == "operator")
+        .expect("container operator")
+}
+
+fn env(container: &Container, name: &str) -> Option<String> {
+    container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+#[test]
+fn kustomization_lists_every_manifest_file() {
+    let listed: BTreeSet<String> = kustomization_resources().into_iter().collect();
+    let on_disk: BTreeSet<String> = std::fs::read_dir(deploy(""))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(listed, on_disk);
+}
+
+#[test]
+fn every_document_parses_into_its_type() {
+    for (file, doc) in all_documents() {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        match kind.as_str() {
+            "Namespace" => drop(typed::<Namespace>(&doc)),
+            "CustomResourceDefinition" => drop(typed::<CustomResourceDefinition>(&doc)),
+            "ServiceAccount" => drop(typed::<ServiceAccount>(&doc)),
+            "ClusterRole" => drop(typed::<ClusterRole>(&doc)),
+            "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(&doc)),
+            "Role" => drop(typed::<Role>(&doc)),
+            "RoleBinding" => drop(typed::<RoleBinding>(&doc)),
+            "Deployment" => drop(typed::<Deployment>(&doc)),
+            "PodDisruptionBudget" => drop(typed::<PodDisruptionBudget>(&doc)),
+            "Service" => drop(typed::<Service>(&doc)),
+            "NetworkPolicy" => drop(typed::<NetworkPolicy>(&doc)),
+            "MutatingWebhookConfiguration" => drop(typed::<MutatingWebhookConfiguration>(&doc)),
+            "ValidatingWebhookConfiguration" => drop(typed::<ValidatingWebhookConfiguration>(&doc)),
+            // cert-manager kinds have no k8s-openapi type: check the fields we rely on.
+            "Issuer" => assert_eq!(doc["apiVersion"], "cert-manager.io/v1", "{file}"),
+            "Certificate" => {
+                assert_eq!(doc["apiVersion"], "cert-manager.io/v1", "{file}");
+                assert!(
+                    doc["spec"]["secretName"].is_string()
+                        && doc["spec"]["issuerRef"]["name"].is_string()
+                );
+            }
+            other => panic!("{file}: unexpected kind {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn namespace_enforces_pod_security_restricted() {
+    let ns: Namespace = one("Namespace", "myapp-system");
+    let labels = ns.metadata.labels.unwrap();
+    assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
+}
+
+#[test]
+fn the_pod_meets_pod_security_restricted_and_more() {
+    let pod = operator_pod();
+    let psc = pod.security_context.clone().unwrap_or_default();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert!(
+        psc.run_as_user.is_some_and(|u| u > 0),
+        "numeric non-root UID"
+    );
+    assert_eq!(
+        psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    assert!(pod.host_network.is_none() && pod.host_pid.is_none() && pod.host_ipc.is_none());
+    for volume in pod.volumes.iter().flatten() {
+        assert!(
+            volume.host_path.is_none(),
+            "restricted forbids hostPath ({})",
+            volume.name
+        );
+    }
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let sc = c.security_context.clone().unwrap_or_default();
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_ne!(sc.privileged, Some(true), "{}", c.name);
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+        let caps = sc.capabilities.unwrap_or_default();
+        assert_eq!(caps.drop, Some(vec!["ALL".to_owned()]), "{}", c.name);
+        assert!(caps.add.unwrap_or_default().is_empty(), "{}", c.name);
+        assert!(sc.run_as_user.is_none_or(|u| u > 0), "{}", c.name);
+        for port in c.ports.iter().flatten() {
+            assert!(port.host_port.is_none(), "{}", c.name);
+        }
+        let resources = c.resources.clone().unwrap_or_default();
+        assert!(
+            resources
+                .requests
+                .is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory")),
+            "{}",
+            c.name
+        );
+        assert!(
+            resources.limits.is_some_and(|r| r.contains_key("memory")),
+            "{}",
+            c.name
+        );
+    }
+}
+
+#[test]
+fn the_certificate_secret_is_mounted_as_a_directory_where_the_flag_points() {
+    let pod = operator_pod();
+    let container = operator_container();
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "tls")
+        .expect("tls mount");
+    assert!(
+        mount.sub_path.is_none() && mount.sub_path_expr.is_none(),
+        "subPath mounts never see renewals"
+    );
+    assert_eq!(
+        env(&container, "MYAPP_CERT_DIR").as_deref(),
+        Some(mount.mount_path.as_str())
+    );
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "tls")
+        .unwrap();
+    // The files are root-owned: a non-root UID reads them through the fsGroup.
+    let mode = volume
+        .secret
+        .as_ref()
+        .unwrap()
+        .default_mode
+        .unwrap_or(0o644);
+    let fs_group = pod.security_context.as_ref().and_then(|s| s.fs_group);
+    assert!(
+        mode & 0o004 != 0 || (mode & 0o040 != 0 && fs_group.is_some()),
+        "the operator can read its key"
+    );
+    let certificate = all_documents()
+        .into_iter()
+        .map(|(_, d)| d)
+        .find(|d| d["kind"] == "Certificate" && d["metadata"]["name"] == "myapp-operator-webhook")
+        .unwrap();
+    assert_eq!(
+        volume.secret.as_ref().unwrap().secret_name.as_deref(),
+        certificate["spec"]["secretName"].as_str()
+    );
+}
+
+#[test]
+fn probes_and_services_point_at_the_ports_the_flags_open() {
+    let container = operator_container();
+    let port_of = |name: &str| {
+        container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name))
+            .map(|p| p.container_port)
+            .unwrap()
+    };
+    let addr_port = |var: &str| {
+        env(&container, var)
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse::<i32>()
+            .unwrap()
+    };
+    assert_eq!(addr_port("MYAPP_WEBHOOK_ADDR"), port_of("webhook"));
+    assert_eq!(addr_port("MYAPP_ADMIN_ADDR"), port_of("admin"));
+    for (probe, path) in [
+        (container.liveness_probe.clone(), "/livez"),
+        (container.readiness_probe.clone(), "/readyz"),
+    ] {
+        let get = probe.unwrap().http_get.unwrap();
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("admin".into())
+        );
+    }
+    let webhook: Service = one("Service", "myapp-operator-webhook");
+    let port = &webhook.spec.unwrap().ports.unwrap()[0];
+    assert_eq!(port.port, 443);
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("webhook".into()))
+    );
+}
+
+#[test]
+fn termination_grace_outlasts_the_drain_delay_and_a_request() {
+    let pod = operator_pod();
+    let drain = myapp_operator::cli::parse_duration(
+        &env(&operator_container(), "MYAPP_DRAIN_DELAY").unwrap(),
+    )
+    .unwrap();
+    let longest_webhook_timeout = 5;
+    assert!(
+        pod.termination_grace_period_seconds.unwrap()
+            > drain.as_secs() as i64 + longest_webhook_timeout
+    );
+}
+
+#[test]
+fn deployment_is_highly_available() {
+    let d: Deployment = one("Deployment", "myapp-operator");
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert!(
+        !spec
+            .template
+            .spec
+            .unwrap()
+            .topology_spread_constraints
+            .unwrap_or_default()
+            .is_empty()
+    );
+    let pdb: PodDisruptionBudget = one("PodDisruptionBudget", "myapp-operator");
+    assert_eq!(
+        pdb.spec.unwrap().min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+}
+
+#[test]
+fn rbac_has_no_wildcards_no_secrets_and_no_delete() {
+    let roles: Vec<Value> = all_documents()
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .collect();
+    assert!(!roles.is_empty());
+    for role in roles {
+        for rule in role["rules"].as_array().unwrap() {
+            for field in ["apiGroups", "resources", "verbs"] {
+                for v in rule[field].as_array().unwrap() {
+                    assert_ne!(v, "*", "wildcard in {}", role["metadata"]["name"]);
+                }
+            }
+            assert!(
+                !rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r == "secrets")
+            );
+            assert!(
+                !rule["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v == "delete" || v == "deletecollection")
+            );
+        }
+    }
+    let lease_role: Role = one("Role", "myapp-operator-leader-election");
+    assert_eq!(
+        lease_role.metadata.namespace.as_deref(),
+        Some("myapp-system")
+    );
+}
+
+#[test]
+fn webhook_configurations_are_scoped_and_fail_as_intended() {
+    let mutating: MutatingWebhookConfiguration =
+        one("MutatingWebhookConfiguration", "myapp-operator");
+    let validating: ValidatingWebhookConfiguration =
+        one("ValidatingWebhookConfiguration", "myapp-operator");
+    let ca_from = "myapp-system/myapp-operator-webhook";
+    for annotations in [
+        &mutating.metadata.annotations,
+        &validating.metadata.annotations,
+    ] {
+        assert_eq!(
+            annotations.as_ref().unwrap()["cert-manager.io/inject-ca-from"],
+            ca_from
+        );
+    }
+    let m = &mutating.webhooks.unwrap()[0];
+    let v = &validating.webhooks.unwrap()[0];
+    assert_eq!(v.failure_policy.as_deref(), Some("Fail"));
+    for (rules, side_effects, versions, match_policy, timeout, selector, conditions, service) in [
+        (
+            &m.rules,
+            &m.side_effects,
+            &m.admission_review_versions,
+            &m.match_policy,
+            m.timeout_seconds,
+            &m.namespace_selector,
+            &m.match_conditions,
+            &m.client_config.service,
+        ),
+        (
+            &v.rules,
+            &v.side_effects,
+            &v.admission_review_versions,
+            &v.match_policy,
+            v.timeout_seconds,
+            &v.namespace_selector,
+            &v.match_conditions,
+            &v.client_config.service,
+        ),
+    ] {
+        let rules = rules.as_ref().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0].resources,
+            Some(vec!["myapps".to_owned()]),
+            "not myapps/status"
+        );
+        assert_eq!(
+            rules[0].operations,
+            Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()])
+        );
+        assert_eq!(side_effects, "None");
+        assert_eq!(versions, &vec!["v1".to_owned()]);
+        assert_eq!(match_policy.as_deref(), Some("Equivalent"));
+        assert!(timeout.is_some_and(|t| t <= 10));
+        let excluded = &selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(excluded.operator, "NotIn");
+        assert!(
+            excluded
+                .values
+                .as_ref()
+                .unwrap()
+                .contains(&"kube-system".to_owned())
+        );
+        assert!(
+            excluded
+                .values
+                .as_ref()
+                .unwrap()
+                .contains(&"myapp-system".to_owned())
+        );
+        assert!(
+            conditions.as_ref().unwrap()[0]
+                .expression
+                .contains("object.spec != oldObject.spec")
+        );
+        let service = service.as_ref().unwrap();
+        assert_eq!(
+            (
+                service.name.as_str(),
+                service.namespace.as_str(),
+                service.port
+            ),
+            ("myapp-operator-webhook", "myapp-system", Some(443))
+        );
+    }
+}
+
+#[test]
+fn dockerfile_builds_locked_and_runs_a_static_non_root_binary() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile")).unwrap();
+    let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(
+        froms.len(),
+        2,
+        "a build stage and a runtime stage: {froms:?}"
+    );
+    assert!(froms[0].contains(" AS build"));
+    assert!(
+        froms[1].contains("distroless/static"),
+        "runtime has no shell: {}",
+        froms[1]
+    );
+    assert!(text.contains("cargo build --release --locked"));
+    let user = text
+        .lines()
+        .rfind(|l| l.starts_with("USER "))
+        .expect("a USER line");
+    let uid: u32 = user[5..]
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("numeric UID");
+    assert!(uid > 0);
+    assert!(text.contains("ENTRYPOINT [\"/myapp-operator\"]"));
+    let runtime = text.split(froms[1]).nth(1).unwrap();
+    let copies: Vec<&str> = runtime.lines().filter(|l| l.starts_with("COPY")).collect();
+    assert_eq!(
+        copies,
+        ["COPY --from=build /myapp-operator /myapp-operator"],
+        "only the binary"
+    );
+    let exposes = runtime.lines().filter(|l| l.starts_with("EXPOSE")).count();
+    assert_eq!(exposes, 2);
+    let docker_ignore =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".dockerignore"))
+            .unwrap();
+    assert!(docker_ignore.lines().any(|l| l.trim() == "target/"));
+}
