@@ -133,7 +133,7 @@ async fn an_8_mib_body_gets_413_without_the_server_reading_it() {
         .await
         .unwrap();
     let body = StreamBody::new(tokio_stream_from(frames));
-    let request = http::Request::post("/validate")
+    let request = axum::http::Request::post("/validate")
         .header("host", "webhook.test.svc")
         .header("content-type", "application/json")
         .header("content-length", 8 * 1024 * 1024)

@@ -114,7 +114,7 @@ pub fn fixture_json(name: &str) -> Value {
 /// An answer: HTTP status, headers and the body parsed as JSON (Null if it is not JSON).
 pub struct Answer {
     pub status: u16,
-    pub headers: http::HeaderMap,
+    pub headers: axum::http::HeaderMap,
     pub json: Value,
 }
 
@@ -381,7 +381,7 @@ pub async fn client(
 impl Client {
     pub async fn post(&mut self, path: &str, body: Vec<u8>) -> Result<Answer, hyper::Error> {
         self.sender.ready().await?;
-        let request = http::Request::post(path)
+        let request = axum::http::Request::post(path)
             .header("host", SERVICE_NAME)
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
