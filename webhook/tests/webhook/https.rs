@@ -353,3 +353,16 @@ async fn a_silent_client_is_dropped_by_the_handshake_timeout() {
     assert!(rest.is_empty());
     assert_eq!(server.metrics.rejections(Rejection::HandshakeTimeout), 1);
 }
+
+#[tokio::test]
+async fn a_tls_1_2_only_client_is_served() {
+    let pki = Pki::new();
+    let dir = SecretDir::new(&pki.pair());
+    let server = start(&dir, router(&webhook::Metrics::new()), |_| {}).await;
+    let config = pki.client_config_for(&[&rustls::version::TLS12], &[b"http/1.1"]);
+    let tls = tls_connect(server.addr(), config).await.unwrap();
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_2)
+    );
+}
