@@ -92,13 +92,10 @@ pub struct DevArgs {
     /// Address of the admin server (loopback; port 0 picks a free one).
     #[arg(long, env = "MYAPP_DEV_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     pub admin_addr: SocketAddr,
-    /// Where to write the kubeconfig that points at the in-memory API server.
-    #[arg(
-        long,
-        env = "MYAPP_DEV_KUBECONFIG",
-        default_value = "target/dev/kubeconfig"
-    )]
-    pub kubeconfig: PathBuf,
+    /// Where to write the kubeconfig that points at the in-memory API server, and the
+    /// generated certificates.
+    #[arg(long, env = "MYAPP_DEV_STATE_DIR", default_value_os_t = crate::dev::default_state_dir())]
+    pub state_dir: PathBuf,
     /// How long the simulated Deployment controller takes to roll out a change.
     #[arg(long, env = "MYAPP_DEV_ROLLOUT_DELAY", default_value = "3s", value_parser = parse_duration)]
     pub rollout_delay: Duration,
@@ -164,7 +161,7 @@ pub struct AdmissionArgs {
     pub max_replicas: i32,
     /// An env variable every MyApp gets unless it sets that name itself, as NAME=VALUE.
     /// Repeatable; the environment variable takes a comma-separated list.
-    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = ',', value_parser = parse_env)]
+    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = ',', value_parser = crate::admission::parse_default_env)]
     pub default_env: Vec<EnvVar>,
 }
 
@@ -177,35 +174,6 @@ pub struct LogArgs {
     /// Log filter in RUST_LOG syntax, e.g. `info` or `myapp_operator=debug,kube=warn`.
     #[arg(long, env = "MYAPP_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-}
-
-/// Parses `NAME=VALUE` into an env entry, checking the name like the CRD schema does.
-pub fn parse_env(text: &str) -> Result<EnvVar, String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not NAME=VALUE (for an empty value write NAME=)"))?;
-    let valid = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || "-._".contains(c))
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
-    if !valid || name.len() > crate::crd::MAX_ENV_NAME_LEN {
-        return Err(format!(
-            "{name:?} is not a valid env variable name: letters, digits, '_', '-' and '.', not starting with a digit"
-        ));
-    }
-    if value.len() > crate::crd::MAX_ENV_VALUE_LEN {
-        return Err(format!(
-            "the value of {name} is longer than {} bytes",
-            crate::crd::MAX_ENV_VALUE_LEN
-        ));
-    }
-    Ok(EnvVar {
-        name: name.to_owned(),
-        value: value.to_owned(),
-    })
 }
 
 /// Parses durations such as `500ms`, `10s`, `5m`, `1h`.
@@ -263,7 +231,7 @@ mod tests {
         let err =
             Cli::try_parse_from(["myapp-operator", "run", "--default-env", "1A=x"]).unwrap_err();
         assert!(
-            err.to_string().contains("not a valid env variable name"),
+            err.to_string().contains("must not start with a digit"),
             "{err}"
         );
         let err =

@@ -78,4 +78,30 @@ pub enum Error {
     /// A global subscriber was already installed.
     #[error("failed to install the log subscriber: {0}")]
     InstallLogger(#[source] tracing_subscriber::util::TryInitError),
+    // --- run ---
+    /// No cluster could be reached from the kubeconfig or the in-cluster service account.
+    #[error("failed to connect to the cluster (set KUBECONFIG or run in a pod): {0}")]
+    ConnectCluster(#[source] kube::Error),
+    /// Installing the SIGTERM handler failed.
+    #[error("failed to install the SIGTERM handler: {0}")]
+    InstallSignalHandler(#[source] std::io::Error),
+    /// The webhook server did not start (certificates, address, warm-up).
+    #[error("failed to start the webhook server: {0}")]
+    StartWebhook(#[source] webhook::Error),
+    // --- dev ---
+    /// The in-memory API server did not start.
+    #[error("failed to start the sandbox API server (is --api-addr free?): {0}")]
+    StartSandbox(#[source] kube_sandbox::Error),
+    /// The sandbox's kubeconfig could not be read back.
+    #[error("failed to read the sandbox kubeconfig: {0}")]
+    ReadKubeconfig(#[source] kube::config::KubeconfigError),
+    /// Installing the CRD or the webhook configurations into the sandbox failed.
+    #[error("failed to install into the sandbox: {0}")]
+    Install(#[source] kube::Error),
+    /// The embedded deploy/webhooks.yaml does not parse.
+    #[error("failed to parse deploy/webhooks.yaml: {0}")]
+    ParseWebhooks(#[source] serde_saphyr::Error),
+    /// A document of deploy/webhooks.yaml is not the kind it says.
+    #[error("failed to decode deploy/webhooks.yaml: {0}")]
+    DecodeWebhooks(#[source] serde_json::Error),
 }

@@ -7,10 +7,12 @@ pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod dev;
 pub mod error;
 pub mod leader;
 pub mod metrics;
 pub mod resources;
+pub mod run;
 pub mod telemetry;
 
 pub use error::Error;

@@ -1,28 +1,41 @@
 use anyhow::Context;
 use clap::Parser;
-use myapp_operator::cli::{Cli, Command};
+use myapp_operator::{
+    cli::{Cli, Command},
+    crd, run, telemetry,
+};
 
 fn main() -> anyhow::Result<()> {
+    // One rustls crypto provider for the whole process: kube's client and the webhook server.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
-        Command::Crd => {
-            let yaml =
-                myapp_operator::crd::crd_yaml().context("failed to render the CRD as YAML")?;
-            print!("{yaml}");
-            Ok(())
-        }
+        Command::Crd => print!(
+            "{}",
+            crd::crd_yaml().context("failed to render the CRD as YAML")?
+        ),
         Command::Certs(args) => {
-            let bundle = myapp_operator::certs::generate(&args.sans)?;
-            bundle.write_to(&args.out)?;
+            myapp_operator::certs::generate(&args.sans)?.write_to(&args.out)?;
             println!(
                 "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for: {1}",
                 args.out.display(),
                 args.sans.join(", ")
             );
-            Ok(())
         }
-        Command::Run(_) | Command::Dev(_) => anyhow::bail!(
-            "`run` is not built yet: the controller and webhook server arrive with their own \
-             issues. Today this binary can only print the CRD (`myapp-operator crd`)."
-        ),
+        Command::Run(args) => {
+            telemetry::init(args.log.log_format, &args.log.log_level)?;
+            runtime()?.block_on(run::run(args))?;
+        }
+        Command::Dev(args) => {
+            telemetry::init(args.log.log_format, &args.log.log_level)?;
+            runtime()?.block_on(myapp_operator::dev::dev(args))?;
+        }
     }
+    Ok(())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")
 }

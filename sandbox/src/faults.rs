@@ -1,0 +1,153 @@
+//! Fault injection and the request log, driven by tests through a handle.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::status::ApiError;
+
+/// One request as the sandbox saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// Kubernetes verb: get, list, watch, create, update, patch, delete, deletecollection (or the
+    /// HTTP method for non-resource paths).
+    pub verb: String,
+    /// Request path without the query.
+    pub path: String,
+    /// Resource plural, for resource requests.
+    pub resource: Option<String>,
+    /// Subresource (`status`), if any.
+    pub subresource: Option<String>,
+    /// Namespace from the URL, if any.
+    pub namespace: Option<String>,
+    /// Object name from the URL, if any.
+    pub name: Option<String>,
+    /// The `fieldManager` query parameter, if any.
+    pub field_manager: Option<String>,
+    /// HTTP status code of the answer (200 for a watch that started streaming).
+    pub status: u16,
+}
+
+/// How an injected write failure answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteFault {
+    /// 409 Conflict, as for a stale resourceVersion.
+    Conflict,
+    /// 500 InternalError.
+    Internal,
+    /// 429 TooManyRequests with `Retry-After: seconds`.
+    TooManyRequests {
+        /// Value of the `Retry-After` header.
+        retry_after: u64,
+    },
+}
+
+#[derive(Default)]
+struct FaultState {
+    write_faults: VecDeque<WriteFault>,
+    delay: Duration,
+    expire_watches: usize,
+    requests: Vec<RequestRecord>,
+}
+
+/// Shared fault state.
+pub(crate) struct Faults {
+    state: Mutex<FaultState>,
+    close_tx: watch::Sender<u64>,
+}
+
+impl Faults {
+    pub(crate) fn new() -> Self {
+        Faults {
+            state: Mutex::new(FaultState::default()),
+            close_tx: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The injected failure for this write, if one is queued.
+    pub(crate) fn take_write_fault(&self) -> Option<ApiError> {
+        let fault = self.lock().write_faults.pop_front()?;
+        Some(match fault {
+            WriteFault::Conflict => ApiError::new(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again (injected)",
+            ),
+            WriteFault::Internal => ApiError::internal("Internal error occurred: injected failure"),
+            WriteFault::TooManyRequests { retry_after } => {
+                let mut e = ApiError::new(
+                    429,
+                    "TooManyRequests",
+                    "the server has received too many requests and has asked us to try again later (injected)",
+                );
+                e.retry_after = Some(retry_after);
+                e
+            }
+        })
+    }
+
+    pub(crate) fn delay(&self) -> Duration {
+        self.lock().delay
+    }
+
+    pub(crate) fn take_expired_watch(&self) -> bool {
+        let mut s = self.lock();
+        if s.expire_watches > 0 {
+            s.expire_watches -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn record(&self, record: RequestRecord) {
+        self.lock().requests.push(record);
+    }
+
+    pub(crate) fn close_signal(&self) -> watch::Receiver<u64> {
+        self.close_tx.subscribe()
+    }
+}
+
+/// What a test uses to break the sandbox on purpose and to see what it was asked.
+#[derive(Clone)]
+pub struct FaultHandle(pub(crate) Arc<Faults>);
+
+impl FaultHandle {
+    /// Ends every open watch stream now (clients see a clean end of stream and re-watch).
+    pub fn close_watches(&self) {
+        self.0.close_tx.send_modify(|n| *n += 1);
+    }
+
+    /// Answers the next `count` writes (create, update, patch, delete) with `fault`.
+    pub fn fail_next_writes(&self, count: usize, fault: WriteFault) {
+        let mut s = self.0.lock();
+        s.write_faults.extend(std::iter::repeat_n(fault, count));
+    }
+
+    /// Delays every response by `delay` (zero turns it off).
+    pub fn set_delay(&self, delay: Duration) {
+        self.0.lock().delay = delay;
+    }
+
+    /// The next watch that resumes from a resourceVersion gets a 410 `Expired` ERROR event.
+    pub fn expire_next_watch(&self) {
+        self.0.lock().expire_watches += 1;
+    }
+
+    /// Every request so far, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.0.lock().requests.clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        self.0.lock().requests.clear();
+    }
+}

@@ -1,0 +1,242 @@
+//! The resource types the sandbox serves: the built-in kinds and the ones CRDs register at run time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use crate::schema::CrdSchema;
+
+/// One served group/version/resource.
+#[derive(Clone, Debug)]
+pub struct ResourceType {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// Served version.
+    pub version: String,
+    /// Kind of a single object.
+    pub kind: String,
+    /// Plural resource name used in URLs.
+    pub plural: String,
+    /// Singular resource name.
+    pub singular: String,
+    /// Whether objects live in a namespace.
+    pub namespaced: bool,
+    /// Short names kubectl accepts (`cm`, `deploy`).
+    pub short_names: Vec<String>,
+    /// Categories such as `all`.
+    pub categories: Vec<String>,
+    /// Whether the resource has a `/status` subresource.
+    pub status_subresource: bool,
+    /// Whether the API server maintains `metadata.generation` for this kind.
+    pub generation: bool,
+    /// The CRD that registered this type, by name, if any.
+    pub crd: Option<String>,
+    /// The structural schema of a custom resource version.
+    pub schema: Option<Arc<CrdSchema>>,
+    /// The CRD's `openAPIV3Schema` as JSON, for the OpenAPI documents.
+    pub openapi_schema: Option<serde_json::Value>,
+}
+
+impl ResourceType {
+    /// `apiVersion` of objects of this type.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `plural.group` as the API server names a resource in messages (`myapps.example.com`).
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The key objects of this resource are stored under (shared by all versions).
+    pub fn storage(&self) -> (String, String) {
+        (self.group.clone(), self.plural.clone())
+    }
+}
+
+struct Builtin {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    categories: &'static [&'static str],
+    status: bool,
+    generation: bool,
+}
+
+#[rustfmt::skip]
+const BUILTINS: &[Builtin] = &[
+    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: &[], status: true, generation: false },
+    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: &[], status: false, generation: false },
+    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], status: true, generation: false },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], status: false, generation: false },
+    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], status: true, generation: false },
+    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], status: false, generation: false },
+    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], status: true, generation: true },
+    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], status: false, generation: false },
+    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: &["api-extensions"], status: true, generation: true },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingWebhookConfiguration", plural: "validatingwebhookconfigurations", namespaced: false, short: &[], categories: &["api-extensions"], status: false, generation: true },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", namespaced: false, short: &[], categories: &["api-extensions"], status: false, generation: true },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], status: false, generation: false },
+];
+
+/// Every served resource, keyed by (group, version, plural).
+#[derive(Clone, Debug)]
+pub struct Registry {
+    types: BTreeMap<(String, String, String), Arc<ResourceType>>,
+}
+
+/// Why a CRD could not be registered.
+#[derive(Debug)]
+pub struct CrdRejected(pub String);
+
+impl Registry {
+    /// The built-in kinds.
+    pub fn builtin() -> Self {
+        let mut types = BTreeMap::new();
+        for b in BUILTINS {
+            let t = ResourceType {
+                group: b.group.into(),
+                version: b.version.into(),
+                kind: b.kind.into(),
+                plural: b.plural.into(),
+                singular: b.kind.to_lowercase(),
+                namespaced: b.namespaced,
+                short_names: b.short.iter().map(|s| s.to_string()).collect(),
+                categories: b.categories.iter().map(|s| s.to_string()).collect(),
+                status_subresource: b.status,
+                generation: b.generation,
+                crd: None,
+                schema: None,
+                openapi_schema: None,
+            };
+            types.insert(
+                (t.group.clone(), t.version.clone(), t.plural.clone()),
+                Arc::new(t),
+            );
+        }
+        Registry { types }
+    }
+
+    /// The type served at group/version/plural.
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.types
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    /// Any served version of a stored resource (for GC and cascading deletes).
+    pub fn any_version(&self, group: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.types
+            .values()
+            .find(|t| t.group == group && t.plural == plural)
+            .cloned()
+    }
+
+    /// All served types.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
+        self.types.values()
+    }
+
+    /// Group/versions served, grouped by group in registration order (core group excluded).
+    pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for t in self.types.values() {
+            if t.group.is_empty() {
+                continue;
+            }
+            let versions = out.entry(t.group.clone()).or_default();
+            if !versions.contains(&t.version) {
+                versions.push(t.version.clone());
+            }
+        }
+        out
+    }
+
+    /// Registers (or re-registers) the served versions of a CRD, replacing what it registered before.
+    pub fn register_crd(&mut self, crd: &CustomResourceDefinition) -> Result<(), CrdRejected> {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let spec = &crd.spec;
+        let expected = format!("{}.{}", spec.names.plural, spec.group);
+        if name != expected {
+            return Err(CrdRejected(format!(
+                "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
+            )));
+        }
+        if spec.scope != "Namespaced" && spec.scope != "Cluster" {
+            return Err(CrdRejected(format!(
+                "spec.scope: Unsupported value: \"{}\": supported values: \"Cluster\", \"Namespaced\"",
+                spec.scope
+            )));
+        }
+        if let Some(clash) = self.types.values().find(|t| {
+            t.group == spec.group
+                && t.plural == spec.names.plural
+                && t.crd.as_deref() != Some(name.as_str())
+        }) {
+            return Err(CrdRejected(format!(
+                "resource {} is already served",
+                clash.qualified()
+            )));
+        }
+        let mut new = Vec::new();
+        for v in spec.versions.iter().filter(|v| v.served) {
+            let schema = CrdSchema::from_crd(crd, &v.name)
+                .map_err(|e| CrdRejected(format!("spec.versions[{}].schema: {e}", v.name)))?;
+            let openapi_schema = v
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| serde_json::to_value(s).ok());
+            let subresources = v.subresources.as_ref();
+            new.push(ResourceType {
+                group: spec.group.clone(),
+                version: v.name.clone(),
+                kind: spec.names.kind.clone(),
+                plural: spec.names.plural.clone(),
+                singular: spec
+                    .names
+                    .singular
+                    .clone()
+                    .unwrap_or_else(|| spec.names.kind.to_lowercase()),
+                namespaced: spec.scope == "Namespaced",
+                short_names: spec.names.short_names.clone().unwrap_or_default(),
+                categories: spec.names.categories.clone().unwrap_or_default(),
+                status_subresource: subresources.is_some_and(|s| s.status.is_some()),
+                generation: true,
+                crd: Some(name.clone()),
+                schema: Some(Arc::new(schema)),
+                openapi_schema,
+            });
+        }
+        self.unregister_crd(&name);
+        for t in new {
+            self.types.insert(
+                (t.group.clone(), t.version.clone(), t.plural.clone()),
+                Arc::new(t),
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops serving every version a CRD registered.
+    pub fn unregister_crd(&mut self, name: &str) {
+        self.types.retain(|_, t| t.crd.as_deref() != Some(name));
+    }
+}

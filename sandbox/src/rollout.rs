@@ -1,0 +1,172 @@
+//! A simulated Deployment controller: after a delay it writes the status a finished (or failed)
+//! rollout would have.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::Inner;
+use crate::store::{EventType, now};
+
+pub(crate) struct Rollouts {
+    enabled: AtomicBool,
+    fail: AtomicBool,
+    delay: Mutex<Duration>,
+}
+
+impl Rollouts {
+    pub(crate) fn new(enabled: bool, delay: Duration) -> Arc<Self> {
+        Arc::new(Rollouts {
+            enabled: AtomicBool::new(enabled),
+            fail: AtomicBool::new(false),
+            delay: Mutex::new(delay),
+        })
+    }
+
+    fn delay(&self) -> Duration {
+        *self.delay.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Switches and knobs of the simulated Deployment controller.
+#[derive(Clone)]
+pub struct RolloutHandle(pub(crate) Arc<Rollouts>);
+
+impl RolloutHandle {
+    /// Turns the simulated controller on or off (off: Deployment status is never written).
+    pub fn set_enabled(&self, enabled: bool) {
+        self.0.enabled.store(enabled, Ordering::SeqCst);
+    }
+
+    /// Makes later rollouts fail with `ProgressDeadlineExceeded` (or succeed again).
+    pub fn set_failing(&self, failing: bool) {
+        self.0.fail.store(failing, Ordering::SeqCst);
+    }
+
+    /// How long a rollout takes before its status is written.
+    pub fn set_delay(&self, delay: Duration) {
+        *self.0.delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
+    }
+}
+
+/// Called after a Deployment write; schedules the status write for its generation.
+pub(crate) fn deployment_written(inner: &Arc<Inner>, deployment: &Value) {
+    let rollouts = &inner.rollout;
+    if !rollouts.enabled.load(Ordering::SeqCst) {
+        return;
+    }
+    let generation = deployment
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let observed = deployment
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    if generation.is_none() || generation == observed {
+        return;
+    }
+    let (Some(ns), Some(name)) = (
+        deployment
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str),
+        deployment.pointer("/metadata/name").and_then(Value::as_str),
+    ) else {
+        return;
+    };
+    let (ns, name) = (ns.to_string(), name.to_string());
+    let inner = inner.clone();
+    let delay = rollouts.delay();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let failing = inner.rollout.fail.load(Ordering::SeqCst);
+        if !inner.rollout.enabled.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut state = inner.store.lock();
+        let Some(rt) = state.registry.get("apps", "v1", "deployments") else {
+            return;
+        };
+        let Some(current) = state.get(&rt.storage(), &ns, &name).cloned() else {
+            return;
+        };
+        let Some(generation) = current
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+        else {
+            return;
+        };
+        let status = rollout_status(&current, generation, failing);
+        if current.get("status") == Some(&status) {
+            return;
+        }
+        let mut updated = current;
+        updated["status"] = status;
+        state.put(&rt, updated, EventType::Modified);
+        tracing::debug!(%ns, %name, generation, failing, "Simulated rollout");
+    });
+}
+
+fn rollout_status(deployment: &Value, generation: i64, failing: bool) -> Value {
+    let replicas = deployment
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let name = deployment
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let ts = now();
+    let rs = format!("{name}-5d4f8c7b9");
+    let condition = |type_: &str, status: &str, reason: &str, message: String| {
+        json!({"type": type_, "status": status, "reason": reason, "message": message,
+               "lastUpdateTime": ts, "lastTransitionTime": ts})
+    };
+    if failing {
+        let mut status = json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "unavailableReplicas": replicas,
+            "conditions": [
+                condition("Available", "False", "MinimumReplicasUnavailable",
+                          "Deployment does not have minimum availability.".into()),
+                condition("Progressing", "False", "ProgressDeadlineExceeded",
+                          format!("ReplicaSet \"{rs}\" has timed out progressing.")),
+            ],
+        });
+        if replicas == 0
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("unavailableReplicas");
+        }
+        return status;
+    }
+    let mut status = json!({
+        "observedGeneration": generation,
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "conditions": [
+            condition("Available", "True", "MinimumReplicasAvailable",
+                      "Deployment has minimum availability.".into()),
+            condition("Progressing", "True", "NewReplicaSetAvailable",
+                      format!("ReplicaSet \"{rs}\" has successfully progressed.")),
+        ],
+    });
+    if replicas == 0 {
+        // The API server omits zero counts.
+        if let Some(m) = status.as_object_mut() {
+            for k in [
+                "replicas",
+                "updatedReplicas",
+                "readyReplicas",
+                "availableReplicas",
+            ] {
+                m.remove(k);
+            }
+        }
+    }
+    status
+}

@@ -1,0 +1,231 @@
+//! Watch streams: replay from a resourceVersion (or synthetic ADDED events), then live events,
+//! one JSON object per line.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::server::{Ctx, Selectors, present};
+use crate::status::ApiError;
+use crate::store::Event;
+
+/// The API server's default watch length when the client sets no `timeoutSeconds`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How often an idle watch that allows bookmarks gets one.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
+
+fn line(value: &Value) -> Bytes {
+    let mut text = value.to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+fn expired_event(requested: u64, oldest: u64) -> Value {
+    json!({
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("too old resource version: {requested} ({oldest})"),
+            "reason": "Expired",
+            "code": 410,
+        },
+    })
+}
+
+/// Starts a watch for the request in `ctx`.
+pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
+    let selectors = Selectors::from_query(&ctx.query)?;
+    let timeout =
+        match ctx.query.get("timeoutSeconds") {
+            Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("timeoutSeconds: invalid value {t:?}"))
+            })?),
+            None => DEFAULT_TIMEOUT,
+        };
+    let bookmarks = ctx
+        .query
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
+    let send_initial = ctx
+        .query
+        .get("sendInitialEvents")
+        .is_some_and(|b| b == "true");
+    let requested = match ctx.query.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "resourceVersion: Invalid value: {rv:?}: must be an integer"
+            ))
+        })?),
+    };
+
+    let rt = ctx.rt.clone();
+    let meta_only = ctx.meta_only;
+    let namespace = ctx.path.namespace.clone();
+    let storage = rt.storage();
+    let selectors = std::sync::Arc::new(selectors);
+    let event_selectors = selectors.clone();
+    let event_type = move |e: &Event| {
+        if e.resource == storage && namespace.as_deref().is_none_or(|ns| ns == e.namespace) {
+            event_selectors.event_type(e)
+        } else {
+            None
+        }
+    };
+    let render = {
+        let rt = rt.clone();
+        move |kind: &str, obj: &Value| json!({"type": kind, "object": present(&rt, obj, meta_only)})
+    };
+    let bookmark = {
+        let rt = rt.clone();
+        move |rv: u64, initial_end: bool| {
+            let (api_version, kind) = if meta_only {
+                (
+                    "meta.k8s.io/v1".to_string(),
+                    "PartialObjectMetadata".to_string(),
+                )
+            } else {
+                (rt.api_version(), rt.kind.clone())
+            };
+            let mut obj = json!({"kind": kind, "apiVersion": api_version,
+                                 "metadata": {"resourceVersion": rv.to_string()}});
+            if initial_end {
+                obj["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+            }
+            json!({"type": "BOOKMARK", "object": obj})
+        }
+    };
+
+    let inner = ctx.inner.clone();
+    let mut rv_rx = inner.store.subscribe();
+    let mut close_rx = inner.faults.close_signal();
+    close_rx.borrow_and_update();
+
+    let mut first: Vec<Bytes> = Vec::new();
+    let mut cursor;
+    {
+        let state = inner.store.lock();
+        cursor = state.rv;
+        match requested {
+            Some(rv) if !send_initial => {
+                if inner.faults.take_expired_watch() {
+                    return Ok(stream_response(
+                        vec![line(&expired_event(rv, state.rv))],
+                        None,
+                    ));
+                }
+                match state.events_since(rv) {
+                    Ok(events) => {
+                        for e in events.iter() {
+                            if let Some(kind) = event_type(e) {
+                                first.push(line(&render(kind, &e.object)));
+                            }
+                        }
+                    }
+                    Err(expired) => {
+                        return Ok(stream_response(
+                            vec![line(&expired_event(rv, expired.oldest))],
+                            None,
+                        ));
+                    }
+                }
+            }
+            _ => {
+                for obj in state.list(&rt.storage(), ctx.path.namespace.as_deref()) {
+                    if selectors.matches(obj) {
+                        first.push(line(&render("ADDED", obj)));
+                    }
+                }
+                if send_initial {
+                    first.push(line(&bookmark(cursor, true)));
+                }
+            }
+        }
+    }
+
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        for l in first {
+            if tx.send(l).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+        ticker.tick().await;
+        loop {
+            // Biased: a close request or the deadline wins over pending events, so a closed
+            // watch never delivers events written after the close.
+            tokio::select! {
+                biased;
+                _ = close_rx.changed() => break,
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = tx.closed() => break,
+                changed = rv_rx.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let batch = {
+                        let state = inner.store.lock();
+                        match state.events_since(cursor) {
+                            Ok(events) => {
+                                let lines: Vec<Bytes> = events
+                                    .iter()
+                                    .filter_map(|e| Some(line(&render(event_type(e)?, &e.object))))
+                                    .collect();
+                                cursor = state.rv;
+                                Ok(lines)
+                            }
+                            // This watcher fell behind the log: tell it to relist.
+                            Err(expired) => Err(line(&expired_event(cursor, expired.oldest))),
+                        }
+                    };
+                    match batch {
+                        Ok(lines) => {
+                            for l in lines {
+                                if tx.send(l).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Err(error) => {
+                            let _ = tx.send(error).await;
+                            return;
+                        }
+                    }
+                }
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(line(&bookmark(cursor, false))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Ok(stream_response(Vec::new(), Some(rx)))
+}
+
+fn stream_response(lines: Vec<Bytes>, rx: Option<mpsc::Receiver<Bytes>>) -> Response {
+    let head = futures::stream::iter(lines.into_iter().map(Ok::<_, Infallible>));
+    let tail = futures::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        let next = rx.recv().await?;
+        Some((Ok::<_, Infallible>(next), Some(rx)))
+    });
+    let body = Body::from_stream(futures::StreamExt::chain(head, tail));
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

@@ -1,0 +1,188 @@
+//! Fault injection: closed watches, expired resourceVersions, failing writes, the request log.
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use std::collections::BTreeSet;
+
+use fixtures::{client, eventually};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube_sandbox::{Sandbox, WriteFault};
+use serde_json::json;
+
+fn config_map(name: &str) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.into());
+    cm
+}
+
+#[tokio::test]
+async fn a_watch_closed_mid_stream_resumes_from_its_version_without_losing_events() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
+    loop {
+        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
+            break;
+        }
+    }
+    cms.create(&PostParams::default(), &config_map("before"))
+        .await
+        .unwrap();
+    let mut seen = BTreeSet::new();
+    while !seen.contains("before") {
+        if let watcher::Event::Apply(cm) = events.next().await.unwrap().unwrap() {
+            seen.insert(cm.name_any());
+        }
+    }
+    // Close the stream, then write while no watch is open: the re-watch must replay these.
+    sandbox.faults().close_watches();
+    for name in ["during-1", "during-2", "during-3"] {
+        cms.create(&PostParams::default(), &config_map(name))
+            .await
+            .unwrap();
+    }
+    let mut relisted = false;
+    while seen.len() < 4 {
+        match events.next().await.unwrap().unwrap() {
+            watcher::Event::Apply(cm) => {
+                seen.insert(cm.name_any());
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {
+                relisted = true;
+            }
+            watcher::Event::Delete(_) => {}
+        }
+    }
+    assert!(
+        !relisted,
+        "the watcher resumed from its version instead of relisting"
+    );
+    let watches: Vec<_> = sandbox
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "watch")
+        .collect();
+    assert!(watches.len() >= 2, "a second watch was opened: {watches:?}");
+}
+
+#[tokio::test]
+async fn an_expired_version_makes_the_kube_watcher_relist_and_converge() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let stream = watcher(cms.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| async {});
+    let task = tokio::spawn(stream);
+    cms.create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    eventually("first object in the store", || async {
+        reader
+            .get(&reflector::ObjectRef::new("a").within("default"))
+            .map(|_| ())
+    })
+    .await;
+
+    let lists_before = sandbox
+        .faults()
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list")
+        .count();
+    sandbox.faults().expire_next_watch();
+    sandbox.faults().close_watches();
+    cms.create(&PostParams::default(), &config_map("b"))
+        .await
+        .unwrap();
+    eventually("store converged after the relist", || async {
+        let names: BTreeSet<String> = reader.state().iter().map(|c| c.name_any()).collect();
+        (names == BTreeSet::from(["a".to_string(), "b".to_string()])).then_some(())
+    })
+    .await;
+    let lists_after = sandbox
+        .faults()
+        .requests()
+        .iter()
+        .filter(|r| r.verb == "list")
+        .count();
+    assert!(lists_after > lists_before, "the 410 led to a new list");
+    task.abort();
+}
+
+#[tokio::test]
+async fn injected_write_failures_answer_with_their_status_then_writes_succeed() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    sandbox.faults().fail_next_writes(1, WriteFault::Conflict);
+    sandbox.faults().fail_next_writes(1, WriteFault::Internal);
+    sandbox
+        .faults()
+        .fail_next_writes(1, WriteFault::TooManyRequests { retry_after: 3 });
+    let mut codes = Vec::new();
+    // A caller's retry loop: retry on 409/429/500 until the write goes through.
+    let created = loop {
+        match cms.create(&PostParams::default(), &config_map("c")).await {
+            Ok(cm) => break cm,
+            Err(kube::Error::Api(status)) => codes.push(status.code),
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    };
+    assert_eq!(codes, [409, 500, 429]);
+    assert_eq!(created.name_any(), "c");
+}
+
+#[tokio::test]
+async fn the_request_log_records_verb_resource_subresource_manager_and_status() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let apply = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    cms.patch("c", &PatchParams::apply("tester"), &Patch::Apply(&apply))
+        .await
+        .unwrap();
+    let _ = cms.get("missing").await;
+    let log = sandbox.faults().requests();
+    let patch = log
+        .iter()
+        .find(|r| r.verb == "patch")
+        .expect("patch logged");
+    assert_eq!(patch.resource.as_deref(), Some("configmaps"));
+    assert_eq!(patch.field_manager.as_deref(), Some("tester"));
+    assert_eq!(patch.status, 201);
+    let get = log.iter().find(|r| r.verb == "get").expect("get logged");
+    assert_eq!(get.status, 404);
+    assert_eq!(get.name.as_deref(), Some("missing"));
+}
+
+#[tokio::test]
+async fn a_watch_from_a_version_older_than_the_log_gets_one_410_error_event() {
+    let sandbox = Sandbox::builder().event_log_capacity(2).build();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for name in ["a", "b", "c", "d"] {
+        cms.create(&PostParams::default(), &config_map(name))
+            .await
+            .unwrap();
+    }
+    let request = axum::http::Request::get(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&timeoutSeconds=5",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let body = client.request_text(request).await.unwrap();
+    let lines: Vec<serde_json::Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{body}");
+    assert_eq!(lines[0]["type"], "ERROR");
+    assert_eq!(lines[0]["object"]["code"], 410);
+    assert_eq!(lines[0]["object"]["reason"], "Expired");
+}

@@ -1,0 +1,620 @@
+//! The real kube 5 client, watcher and Controller against the in-process router.
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fixtures::{Widget, WidgetStatus, client, eventually, install_crd, widget};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use kube_sandbox::Sandbox;
+use serde_json::json;
+
+const MANAGER: &str = "widget-controller";
+const FINALIZER: &str = "sandbox.test/cleanup";
+
+struct Ctx {
+    client: Client,
+    cleanups: AtomicUsize,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ReconcileError {
+    #[error("failed to apply the child: {0}")]
+    ApplyChild(#[source] kube::Error),
+    #[error("failed to apply the status: {0}")]
+    ApplyStatus(#[source] kube::Error),
+}
+
+async fn reconcile(
+    w: Arc<Widget>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, kube::runtime::finalizer::Error<ReconcileError>> {
+    let ns = w.namespace().unwrap_or_default();
+    let widgets: Api<Widget> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&widgets, FINALIZER, w, |event| async {
+        match event {
+            Finalizer::Apply(w) => {
+                let cm = ConfigMap {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(w.name_any()),
+                        owner_references: w.controller_owner_ref(&()).map(|r| vec![r]),
+                        ..Default::default()
+                    },
+                    data: Some(
+                        [
+                            ("message".to_string(), w.spec.message.clone()),
+                            ("replicas".to_string(), w.spec.replicas.to_string()),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                };
+                let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+                let pp = PatchParams::apply(MANAGER).force();
+                cms.patch(&w.name_any(), &pp, &Patch::Apply(&cm))
+                    .await
+                    .map_err(ReconcileError::ApplyChild)?;
+                let status = json!({
+                    "apiVersion": "sandbox.test/v1",
+                    "kind": "Widget",
+                    "status": WidgetStatus { observed_replicas: w.spec.replicas },
+                });
+                widgets
+                    .patch_status(&w.name_any(), &pp, &Patch::Apply(&status))
+                    .await
+                    .map_err(ReconcileError::ApplyStatus)?;
+                Ok(Action::await_change())
+            }
+            Finalizer::Cleanup(_) => {
+                ctx.cleanups.fetch_add(1, Ordering::SeqCst);
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+}
+
+fn error_policy(
+    _: Arc<Widget>,
+    _: &kube::runtime::finalizer::Error<ReconcileError>,
+    _: Arc<Ctx>,
+) -> Action {
+    Action::requeue(Duration::from_millis(100))
+}
+
+#[tokio::test]
+async fn controller_with_owns_reconciles_children_status_finalizers_and_gc() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        cleanups: AtomicUsize::new(0),
+    });
+    let controller = Controller::new(widgets.clone(), watcher::Config::default())
+        .owns(cms.clone(), watcher::Config::default())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|_| async {});
+    let task = tokio::spawn(controller);
+
+    // Create: the child appears, the status is written, the finalizer is added.
+    widgets
+        .create(&PostParams::default(), &widget("w1", 2, "hello"))
+        .await
+        .unwrap();
+    eventually("child and status", || async {
+        let cm = cms.get_opt("w1").await.unwrap()?;
+        let w = widgets.get("w1").await.unwrap();
+        let observed = w.status.as_ref().map(|s| s.observed_replicas);
+        (cm.data.as_ref()?.get("message")? == "hello"
+            && observed == Some(2)
+            && w.finalizers().contains(&FINALIZER.to_string()))
+        .then_some(())
+    })
+    .await;
+    let w = widgets.get("w1").await.unwrap();
+    assert_eq!(
+        w.metadata.generation,
+        Some(1),
+        "status writes never bump generation"
+    );
+
+    // Change: the child follows, generation goes up.
+    widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"message": "changed", "replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    eventually("child updated", || async {
+        let cm = cms.get("w1").await.unwrap();
+        let w = widgets.get("w1").await.unwrap();
+        (cm.data?.get("message")? == "changed"
+            && w.status?.observed_replicas == 3
+            && w.metadata.generation == Some(2))
+        .then_some(())
+    })
+    .await;
+
+    // Delete the child: .owns() brings the parent back to recreate it.
+    let old_uid = cms.get("w1").await.unwrap().uid();
+    cms.delete("w1", &DeleteParams::default()).await.unwrap();
+    eventually("child recreated", || async {
+        let cm = cms.get_opt("w1").await.unwrap()?;
+        (cm.uid() != old_uid).then_some(())
+    })
+    .await;
+
+    // Delete the parent: the finalizer runs and goes, then the GC removes the child.
+    widgets
+        .delete("w1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("parent and child gone", || async {
+        let parent = widgets.get_opt("w1").await.unwrap();
+        let child = cms.get_opt("w1").await.unwrap();
+        (parent.is_none() && child.is_none()).then_some(())
+    })
+    .await;
+    assert_eq!(ctx.cleanups.load(Ordering::SeqCst), 1);
+    task.abort();
+}
+
+#[tokio::test]
+async fn watcher_sees_added_modified_and_deleted_with_resource_versions() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
+    // The first poll runs the initial list; after InitDone the watch is live.
+    loop {
+        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
+            break;
+        }
+    }
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c1".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    cms.patch(
+        "c1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("c1", &DeleteParams::default()).await.unwrap();
+
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match events.next().await.unwrap().unwrap() {
+            watcher::Event::Apply(obj) => seen.push(("apply", obj)),
+            watcher::Event::Delete(obj) => seen.push(("delete", obj)),
+            _ => {}
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, ["apply", "apply", "delete"]);
+    assert_eq!(seen[1].1.data.as_ref().unwrap()["k"], "v");
+    let rvs: Vec<u64> = seen
+        .iter()
+        .map(|(_, o)| o.resource_version().unwrap().parse().unwrap())
+        .collect();
+    assert!(rvs.windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
+}
+
+#[tokio::test]
+async fn streaming_list_watch_gets_initial_events_and_the_end_bookmark() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for name in ["a", "b"] {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let mut stream = watcher(cms, watcher::Config::default().streaming_lists()).boxed();
+    let mut names = Vec::new();
+    loop {
+        match stream.next().await.unwrap().unwrap() {
+            watcher::Event::InitApply(cm) => names.push(cm.name_any()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
+}
+
+#[tokio::test]
+async fn put_with_a_stale_resource_version_is_a_conflict() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    let created = cms.create(&PostParams::default(), &cm).await.unwrap();
+    let mut first = created.clone();
+    first.data = Some([("a".to_string(), "1".to_string())].into());
+    cms.replace("c", &PostParams::default(), &first)
+        .await
+        .unwrap();
+    let mut stale = created;
+    stale.data = Some([("a".to_string(), "2".to_string())].into());
+    let err = cms
+        .replace("c", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 409);
+    assert_eq!(status.reason, "Conflict");
+}
+
+#[tokio::test]
+async fn a_write_that_changes_nothing_bumps_nothing() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cm.data = Some([("a".to_string(), "1".to_string())].into());
+    let created = cms.create(&PostParams::default(), &cm).await.unwrap();
+    let rv_before = sandbox.resource_version();
+    let same = cms
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": "1"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        same.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(sandbox.resource_version(), rv_before);
+}
+
+#[tokio::test]
+async fn custom_resources_are_validated_defaulted_and_pruned_by_the_crd_schema() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let err = widgets
+        .create(&PostParams::default(), &widget("bad", -1, "x"))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("spec.replicas"),
+        "message: {}",
+        status.message
+    );
+
+    let raw: Api<kube::api::DynamicObject> = Api::default_namespaced_with(
+        client.clone(),
+        &kube::api::ApiResource::erase::<Widget>(&()),
+    );
+    let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "sandbox.test/v1", "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"replicas": 1, "message": "m", "extra": "dropped"},
+    }))
+    .unwrap();
+    let created = raw.create(&PostParams::default(), &obj).await.unwrap();
+    assert_eq!(
+        created.data["spec"]["colour"], "blue",
+        "schema default applied"
+    );
+    assert!(
+        created.data["spec"].get("extra").is_none(),
+        "unknown field pruned"
+    );
+    assert!(created.data.get("status").is_none());
+}
+
+#[tokio::test]
+async fn server_side_apply_drops_fields_the_manager_stopped_applying() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let apply = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
+    let pp = PatchParams::apply("me");
+    cms.patch("c", &pp, &Patch::Apply(apply(json!({"a": "1", "b": "2"}))))
+        .await
+        .unwrap();
+    cms.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"other": "x"}})),
+    )
+    .await
+    .unwrap();
+    let after = cms
+        .patch("c", &pp, &Patch::Apply(apply(json!({"a": "1"}))))
+        .await
+        .unwrap();
+    let data = after.data.unwrap();
+    assert_eq!(data.get("a").map(String::as_str), Some("1"));
+    assert_eq!(data.get("b"), None, "b was applied before and no longer is");
+    assert_eq!(data.get("other").map(String::as_str), Some("x"));
+}
+
+#[tokio::test]
+async fn simulated_deployment_controller_writes_rollout_status_and_can_fail() {
+    let sandbox = Sandbox::builder()
+        .rollout_delay(Duration::from_millis(10))
+        .build();
+    let deployments: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "d"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    eventually("rollout status", || async {
+        let d = deployments.get("d").await.unwrap();
+        let status = d.status?;
+        (status.observed_generation == Some(1) && status.available_replicas == Some(2))
+            .then_some(())
+    })
+    .await;
+
+    sandbox.rollouts().set_failing(true);
+    deployments
+        .patch(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let reason = eventually("failed rollout", || async {
+        let d = deployments.get("d").await.unwrap();
+        let status = d.status?;
+        if status.observed_generation != Some(2) {
+            return None;
+        }
+        status
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Progressing")
+            .and_then(|c| c.reason)
+    })
+    .await;
+    assert_eq!(reason, "ProgressDeadlineExceeded");
+}
+
+#[tokio::test]
+async fn deleting_a_crd_stops_serving_its_resources() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    widgets
+        .create(&PostParams::default(), &widget("w", 1, "m"))
+        .await
+        .unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let crd = crds.get("widgets.sandbox.test").await.unwrap();
+    let established = crd
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established);
+    crds.delete("widgets.sandbox.test", &DeleteParams::default())
+        .await
+        .unwrap();
+    let err = widgets.list(&ListParams::default()).await.unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 404);
+}
+
+#[tokio::test]
+async fn a_label_selector_watch_sees_objects_enter_and_leave_the_selection() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut events = watcher(cms.clone(), watcher::Config::default().labels("app=web")).boxed();
+    loop {
+        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
+            break;
+        }
+    }
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let label = |v: serde_json::Value| json!({"metadata": {"labels": {"app": v}}});
+    cms.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(label(json!("web"))),
+    )
+    .await
+    .unwrap();
+    cms.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(label(json!("db"))),
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match events.next().await.unwrap().unwrap() {
+            watcher::Event::Apply(o) => seen.push(("apply", o.name_any())),
+            watcher::Event::Delete(o) => seen.push(("delete", o.name_any())),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        [("apply", "c".to_string()), ("delete", "c".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn metadata_watchers_get_partial_object_metadata() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cm.data = Some([("secret".to_string(), "value".to_string())].into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let listed = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].name_any(), "c");
+    let metadata: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(client.clone());
+    let mut stream = watcher(metadata, watcher::Config::default()).boxed();
+    let mut names = Vec::new();
+    loop {
+        match stream.next().await.unwrap().unwrap() {
+            watcher::Event::InitApply(m) => names.push(m.name_any()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, ["c"]);
+}
+
+#[tokio::test]
+async fn status_writes_change_only_status_and_main_writes_keep_the_stored_status() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let mut w = widget("w", 1, "m");
+    w.status = Some(WidgetStatus {
+        observed_replicas: 9,
+    });
+    let created = widgets.create(&PostParams::default(), &w).await.unwrap();
+    assert_eq!(created.status, None, "create drops status");
+
+    let after_status = widgets
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}, "status": {"observed_replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after_status.spec.replicas, 1, "/status ignores spec");
+    assert_eq!(after_status.status.as_ref().unwrap().observed_replicas, 1);
+    assert_eq!(after_status.metadata.generation, Some(1));
+
+    let after_main = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}, "status": {"observed_replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after_main.spec.replicas, 2);
+    assert_eq!(
+        after_main.status.unwrap().observed_replicas,
+        1,
+        "main write keeps status"
+    );
+    assert_eq!(after_main.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn dry_run_persists_nothing() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = cms.create(&pp, &cm).await.unwrap();
+    assert_eq!(answered.metadata.name.as_deref(), Some("c"));
+    assert!(cms.get_opt("c").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependents() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let team: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = team.create(&PostParams::default(), &owner).await.unwrap();
+    let mut dependent = ConfigMap::default();
+    dependent.metadata.name = Some("dependent".into());
+    dependent.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "owner".into(),
+            uid: owner.uid().unwrap(),
+            ..Default::default()
+        },
+    ]);
+    team.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    team.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    let kept = team.get("dependent").await.unwrap();
+    assert!(kept.metadata.owner_references.is_none(), "orphaned");
+
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(namespaces.get_opt("team").await.unwrap().is_none());
+    assert!(team.get_opt("dependent").await.unwrap().is_none());
+    let err = team
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("x".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, kube::Error::Api(s) if s.code == 404));
+}

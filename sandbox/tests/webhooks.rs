@@ -1,0 +1,202 @@
+//! The sandbox's write path through real HTTPS admission webhooks, and built-in defaults, seen
+//! by the kube client and by kubectl.
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+#[path = "support/kubectl.rs"]
+mod kubectl;
+#[path = "support/webhook.rs"]
+mod webhook;
+
+use fixtures::{Widget, client, install_crd, widget};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::CustomResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube_sandbox::Sandbox;
+use kube_sandbox::admission::ServiceRef;
+use kubectl::{Kubectl, path_str};
+use serde_json::json;
+use webhook::{SERVICE, Webhook};
+
+async fn sandbox_with_webhooks(webhook: &Webhook) -> Sandbox {
+    let sandbox = Sandbox::builder()
+        .webhook_service(
+            ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
+            webhook.address,
+        )
+        .build();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let (mutating, validating) = webhook.configurations("sandbox.test", "widgets");
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(mutating).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(validating).unwrap(),
+        )
+        .await
+        .unwrap();
+    sandbox
+}
+
+#[tokio::test]
+async fn writes_pass_mutating_then_validating_webhooks_and_denials_reach_the_client() {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+
+    let created = widgets
+        .create(&PostParams::default(), &widget("ok", 2, "m"))
+        .await
+        .unwrap();
+    let labels = created.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
+
+    let err = widgets
+        .create(&PostParams::default(), &widget("big", 7, "m"))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 422);
+    assert_eq!(
+        status.message,
+        "admission webhook \"check.sandbox.test\" denied the request: spec.replicas: Invalid value: 7: must be at most 5"
+    );
+    assert!(widgets.get_opt("big").await.unwrap().is_none());
+
+    // Deletes are not in the rules: they go through without a call.
+    widgets
+        .delete("ok", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn dry_run_is_admitted_by_side_effect_free_webhooks_and_stores_nothing() {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = widgets.create(&pp, &widget("dry", 1, "m")).await.unwrap();
+    assert_eq!(
+        answered
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("mutated")
+            .map(String::as_str),
+        Some("yes")
+    );
+    assert!(widgets.get_opt("dry").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn deployments_and_services_read_back_with_the_api_servers_defaults() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let client = client(&sandbox);
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx",
+                                                  "ports": [{"containerPort": 80}]}]}},
+        },
+    }))
+    .unwrap();
+    let d = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    assert_eq!(spec.progress_deadline_seconds, Some(600));
+    assert_eq!(
+        spec.strategy.unwrap().type_.as_deref(),
+        Some("RollingUpdate")
+    );
+    let container = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(container.image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(
+        container.ports.as_ref().unwrap()[0].protocol.as_deref(),
+        Some("TCP")
+    );
+
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }))
+    .unwrap();
+    let s = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let spec = s.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let ip = spec.cluster_ip.expect("a cluster IP was allocated");
+    assert!(!ip.is_empty());
+    // An update without the IP keeps it.
+    let mut again = services.get("web").await.unwrap();
+    again.spec.as_mut().unwrap().cluster_ip = None;
+    again.spec.as_mut().unwrap().cluster_ips = None;
+    let replaced = services
+        .replace("web", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(replaced.spec.unwrap().cluster_ip, Some(ip));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_of_a_denied_object_prints_the_webhook_denial_and_fails() {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+        return;
+    };
+    // The CRD is already installed; applying it again is a no-op "unchanged".
+    let crd = k.file("crd.json", &serde_json::to_string(&Widget::crd()).unwrap());
+    k.ok(&["apply", "-f", path_str(&crd)]).await;
+
+    let bad = k.file(
+        "bad.yaml",
+        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: bad\nspec:\n  replicas: 9\n  message: m\n",
+    );
+    let out = k.run(&["apply", "-f", path_str(&bad)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("admission webhook \"check.sandbox.test\" denied the request: spec.replicas: Invalid value: 9: must be at most 5"),
+        "{stderr}"
+    );
+
+    let edge = k.file(
+        "edge.yaml",
+        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: edge\nspec:\n  replicas: 5\n  message: m\n",
+    );
+    let out = k.run(&["apply", "-f", path_str(&edge)]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: spec.replicas is at the limit"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,305 @@
+//! `dev`: the whole system on one machine with no cluster. A kube-sandbox API server on
+//! loopback, the webhook with a fresh CA, the CRD and the webhook configurations from
+//! `deploy/` installed into it, and the controller. The end-to-end tests use the same
+//! [`Environment`], so what `dev` shows is what the tests prove.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::{
+    Api, Client, CustomResourceExt,
+    api::{Patch, PatchParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use kube_sandbox::{Sandbox, Served, admission::ServiceRef};
+use serde::{Serialize, de::DeserializeOwned};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::{
+    Error,
+    admission::AdmissionConfig,
+    certs,
+    cli::{DevArgs, LeaderArgs},
+    crd::MyApp,
+    resources::FIELD_MANAGER,
+    run::{self, Parts},
+};
+
+/// The webhook configurations a cluster install uses, embedded so `dev` works from any directory.
+pub const WEBHOOKS_YAML: &str = include_str!("../deploy/webhooks.yaml");
+/// Namespace and name of the webhook Service in `deploy/` (what the configurations point at).
+pub const WEBHOOK_SERVICE: (&str, &str) = ("myapp-system", "myapp-operator-webhook");
+
+/// How to start an [`Environment`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// API server address (loopback; port 0 picks one).
+    pub api_addr: SocketAddr,
+    /// Webhook address (loopback; port 0 picks one).
+    pub webhook_addr: SocketAddr,
+    /// Where the kubeconfig and the certificates are written.
+    pub state_dir: PathBuf,
+    /// Whether the sandbox simulates Deployment rollouts, and how long one takes.
+    pub rollout_delay: Option<Duration>,
+    /// The webhook rules' configuration.
+    pub admission: AdmissionConfig,
+    /// How long the webhook keeps answering after shutdown begins.
+    pub drain_delay: Duration,
+}
+
+impl Options {
+    /// Everything on free loopback ports, rollouts simulated after 50 ms.
+    pub fn ephemeral(state_dir: PathBuf) -> Self {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self {
+            api_addr: any,
+            webhook_addr: any,
+            state_dir,
+            rollout_delay: Some(Duration::from_millis(50)),
+            admission: AdmissionConfig::default(),
+            drain_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// A running sandbox with the webhook and the install applied (the controller is separate:
+/// tests start zero, one or two of them).
+pub struct Environment {
+    /// The in-memory API server.
+    pub sandbox: Sandbox,
+    /// Shared metrics, health and registry.
+    pub parts: Parts,
+    /// Path of the written kubeconfig.
+    pub kubeconfig_path: PathBuf,
+    served: Served,
+    webhook: webhook::ServerHandle,
+    stop_webhook: CancellationToken,
+}
+
+impl Environment {
+    /// Starts the webhook (fresh certificate), the sandbox, and installs the CRD and the webhook
+    /// configurations with the CA filled in.
+    pub async fn start(options: Options) -> Result<Self, Error> {
+        let parts = Parts::new();
+        let cert_dir = options.state_dir.join("certs");
+        let bundle = certs::generate(&certs::service_sans(WEBHOOK_SERVICE.1, WEBHOOK_SERVICE.0))?;
+        bundle.write_to(&cert_dir)?;
+
+        let stop_webhook = CancellationToken::new();
+        let mut config = webhook::ServerConfig::new(options.webhook_addr, &cert_dir);
+        config.drain_delay = options.drain_delay;
+        let webhook = webhook::serve(
+            config,
+            crate::admission::router(options.admission.clone()),
+            parts.webhook_metrics.clone(),
+            stop_webhook.clone().cancelled_owned(),
+        )
+        .await
+        .map_err(Error::StartWebhook)?;
+        webhook.warm_up().await.map_err(Error::StartWebhook)?;
+        parts.health.set_webhook_serving(true);
+
+        let service = ServiceRef::new(WEBHOOK_SERVICE.0, WEBHOOK_SERVICE.1, 443);
+        let sandbox = Sandbox::builder()
+            .namespace(WEBHOOK_SERVICE.0)
+            .deployment_controller(options.rollout_delay.is_some())
+            .rollout_delay(options.rollout_delay.unwrap_or_default())
+            .webhook_service(service, webhook.local_addr())
+            .build();
+        let served = sandbox
+            .serve(options.api_addr)
+            .await
+            .map_err(Error::StartSandbox)?;
+
+        std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::WriteFile {
+            path: options.state_dir.clone(),
+            source,
+        })?;
+        let kubeconfig_path =
+            std::path::absolute(options.state_dir.join("kubeconfig")).map_err(|source| {
+                Error::WriteFile {
+                    path: options.state_dir.join("kubeconfig"),
+                    source,
+                }
+            })?;
+        std::fs::write(&kubeconfig_path, served.kubeconfig()).map_err(|source| {
+            Error::WriteFile {
+                path: kubeconfig_path.clone(),
+                source,
+            }
+        })?;
+
+        let env = Self {
+            sandbox,
+            parts,
+            kubeconfig_path,
+            served,
+            webhook,
+            stop_webhook,
+        };
+        env.install(&bundle.ca_pem).await?;
+        Ok(env)
+    }
+
+    /// A kube client for the sandbox, through its loopback address as kubectl reaches it.
+    pub async fn client(&self) -> Result<Client, Error> {
+        let kubeconfig =
+            Kubeconfig::from_yaml(&self.served.kubeconfig()).map_err(Error::ReadKubeconfig)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(Error::ReadKubeconfig)?;
+        Client::try_from(config).map_err(Error::ConnectCluster)
+    }
+
+    /// The sandbox's address.
+    pub fn api_addr(&self) -> SocketAddr {
+        self.served.addr()
+    }
+
+    /// The webhook's address.
+    pub fn webhook_addr(&self) -> SocketAddr {
+        self.webhook.local_addr()
+    }
+
+    async fn install(&self, ca_pem: &str) -> Result<(), Error> {
+        let client = self.client().await?;
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let crd = MyApp::crd();
+        let crds = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone());
+        crds.patch(
+            &crd.metadata.name.clone().unwrap_or_default(),
+            &apply,
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(Error::Install)?;
+
+        for mut mutating in
+            webhook_documents::<MutatingWebhookConfiguration>("MutatingWebhookConfiguration")?
+        {
+            for hook in mutating.webhooks.iter_mut().flatten() {
+                hook.client_config.ca_bundle =
+                    Some(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec()));
+            }
+            apply_cluster_scoped(&client, &mutating, &apply).await?;
+        }
+        for mut validating in
+            webhook_documents::<ValidatingWebhookConfiguration>("ValidatingWebhookConfiguration")?
+        {
+            for hook in validating.webhooks.iter_mut().flatten() {
+                hook.client_config.ca_bundle =
+                    Some(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec()));
+            }
+            apply_cluster_scoped(&client, &validating, &apply).await?;
+        }
+        info!("Installed the CRD and the webhook configurations");
+        Ok(())
+    }
+
+    /// Stops the webhook (after its drain delay) and the API server.
+    pub async fn shutdown(self) {
+        self.parts.health.set_shutting_down();
+        self.stop_webhook.cancel();
+        let _ = self.webhook.wait().await;
+        let _ = self.served.shutdown().await;
+    }
+}
+
+/// The documents of [`WEBHOOKS_YAML`] of one kind.
+pub fn webhook_documents<T: DeserializeOwned>(kind: &str) -> Result<Vec<T>, Error> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(WEBHOOKS_YAML).map_err(Error::ParseWebhooks)?;
+    docs.into_iter()
+        .filter(|d| d["kind"] == kind)
+        .map(|d| serde_json::from_value(d).map_err(Error::DecodeWebhooks))
+        .collect()
+}
+
+async fn apply_cluster_scoped<K>(
+    client: &Client,
+    object: &K,
+    params: &PatchParams,
+) -> Result<(), Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    Api::<K>::all(client.clone())
+        .patch(&name, params, &Patch::Apply(object))
+        .await
+        .map_err(Error::Install)?;
+    Ok(())
+}
+
+/// `myapp-operator dev`: starts everything, prints how to use it, serves until Ctrl-C.
+pub async fn dev(args: DevArgs) -> Result<(), Error> {
+    let options = Options {
+        api_addr: args.api_addr,
+        webhook_addr: args.webhook_addr,
+        state_dir: args.state_dir.clone(),
+        rollout_delay: Some(args.rollout_delay),
+        admission: run::admission_config(&args.admission),
+        drain_delay: Duration::ZERO,
+    };
+    let env = Environment::start(options).await?;
+    let admin_listener = crate::admin::bind(args.admin_addr).await?;
+    let admin_addr = admin_listener.local_addr().map_err(Error::ServeAdmin)?;
+    let stop = CancellationToken::new();
+    let admin = tokio::spawn(crate::admin::serve(
+        admin_listener,
+        crate::admin::router(env.parts.health.clone(), env.parts.registry.clone()),
+        stop.clone().cancelled_owned(),
+    ));
+    let controller = tokio::spawn(run::reconcile_while_leading(
+        env.client().await?,
+        run::controller_config(&args.controller, Some("dev".into())),
+        LeaderArgs {
+            leader_elect: false,
+            lease_name: String::new(),
+            lease_namespace: String::new(),
+            identity: None,
+        },
+        "dev".into(),
+        env.parts.clone(),
+        stop.clone(),
+    ));
+
+    println!("export KUBECONFIG={}", env.kubeconfig_path.display());
+    println!("webhook: https://{}", env.webhook_addr());
+    println!("admin: http://{admin_addr}");
+    println!();
+    println!("In another terminal, after the export line above:");
+    for line in NEXT_STEPS {
+        println!("  {line}");
+    }
+    println!("Ctrl-C stops everything.");
+
+    let _ = tokio::signal::ctrl_c().await;
+    info!("Stopping");
+    stop.cancel();
+    let _ = controller.await;
+    let _ = admin.await;
+    env.shutdown().await;
+    Ok(())
+}
+
+/// What to type next, printed by `dev` (paths relative to the repository root).
+pub const NEXT_STEPS: &[&str] = &[
+    "kubectl apply -f deploy/examples/myapp.yaml                        # admitted, defaulted, reconciled",
+    "kubectl get myapps -w                                              # watch the phase move to Running",
+    "kubectl get deployments,services                                   # the children",
+    "kubectl apply -f deploy/examples/invalid-replicas-negative.yaml   # rejected by the webhook",
+];
+
+/// Default for `--state-dir`: a folder in the system's temporary directory.
+pub fn default_state_dir() -> PathBuf {
+    std::env::temp_dir().join("myapp-operator-dev")
+}

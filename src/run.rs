@@ -1,0 +1,256 @@
+//! `run`: the operator in one process — webhook and admin servers on every replica, the
+//! controller on the lease holder — and its shutdown sequence.
+
+use std::{future::Future, sync::Arc};
+
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{
+    Error,
+    admin::{self, Health},
+    admission::{self, AdmissionConfig},
+    cli::{AdmissionArgs, ControllerArgs, LeaderArgs, RunArgs},
+    controller, leader,
+    metrics::Metrics,
+};
+
+/// Runs the operator until SIGTERM or Ctrl-C, then shuts down in order: readiness false ->
+/// the webhook answers for the drain delay -> stops accepting and finishes in-flight requests
+/// -> the controller stops gracefully -> the lease is released. A second signal returns at once.
+pub async fn run(args: RunArgs) -> Result<(), Error> {
+    let client = Client::try_default().await.map_err(Error::ConnectCluster)?;
+    let signals = Signals::install()?;
+    let identity = args
+        .leader
+        .identity
+        .clone()
+        .unwrap_or_else(default_identity);
+    let parts = Parts::new();
+
+    let admin_listener = admin::bind(args.admin_addr).await?;
+    info!(addr = %admin_listener.local_addr().map_err(Error::ServeAdmin)?, "Admin server listening");
+    let stop_admin = CancellationToken::new();
+    let admin_task = tokio::spawn(admin::serve(
+        admin_listener,
+        admin::router(parts.health.clone(), parts.registry.clone()),
+        stop_admin.clone().cancelled_owned(),
+    ));
+
+    let stop_webhook = CancellationToken::new();
+    let mut config = webhook::ServerConfig::new(args.webhook.webhook_addr, &args.cert_dir);
+    config.drain_delay = args.webhook.drain_delay;
+    let server = webhook::serve(
+        config,
+        admission::router(admission_config(&args.admission)),
+        parts.webhook_metrics.clone(),
+        stop_webhook.clone().cancelled_owned(),
+    )
+    .await
+    .map_err(Error::StartWebhook)?;
+    server.warm_up().await.map_err(Error::StartWebhook)?;
+    parts.health.set_webhook_serving(true);
+    info!(addr = %server.local_addr(), "Webhook serving");
+
+    let stop_controller = CancellationToken::new();
+    let controller_task = tokio::spawn(reconcile_while_leading(
+        client,
+        controller_config(&args.controller, Some(identity.clone())),
+        args.leader,
+        identity,
+        parts.clone(),
+        stop_controller.clone(),
+    ));
+
+    let shutdown = async {
+        signals.first().await;
+        info!("Shutting down: readiness off, draining webhook");
+        parts.health.set_shutting_down();
+        stop_webhook.cancel();
+        if let Err(error) = server.wait().await {
+            warn!(%error, "Webhook server ended with an error");
+        }
+        info!("Webhook drained; stopping the controller");
+        stop_controller.cancel();
+        if let Err(error) = controller_task.await {
+            warn!(%error, "Controller task failed");
+        }
+        stop_admin.cancel();
+        let _ = admin_task.await;
+        info!("Stopped");
+    };
+    tokio::select! {
+        () = shutdown => Ok(()),
+        () = signals.second() => {
+            warn!("Second signal: exiting at once");
+            Ok(())
+        }
+    }
+}
+
+/// What the servers and the controller share.
+#[derive(Clone)]
+pub struct Parts {
+    /// Readiness state.
+    pub health: Arc<Health>,
+    /// Controller metrics.
+    pub metrics: Arc<Metrics>,
+    /// Webhook metrics.
+    pub webhook_metrics: webhook::Metrics,
+    /// The registry `/metrics` encodes (controller and webhook metrics).
+    pub registry: Arc<Registry>,
+}
+
+impl Parts {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let webhook_metrics = webhook::Metrics::new();
+        webhook_metrics.register(&mut registry);
+        Self {
+            health: Arc::new(Health::default()),
+            metrics,
+            webhook_metrics,
+            registry: Arc::new(registry),
+        }
+    }
+}
+
+impl Default for Parts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The webhook rules' configuration from the flags.
+pub fn admission_config(args: &AdmissionArgs) -> AdmissionConfig {
+    AdmissionConfig {
+        max_replicas: args.max_replicas,
+        default_env: args.default_env.clone(),
+    }
+}
+
+/// The controller's configuration from the flags.
+pub fn controller_config(args: &ControllerArgs, instance: Option<String>) -> controller::Config {
+    controller::Config {
+        concurrency: args.concurrency,
+        resync: args.resync,
+        reconcile_timeout: args.reconcile_timeout,
+        instance,
+        ..controller::Config::default()
+    }
+}
+
+/// Runs the controller whenever this replica leads, until `stop` is cancelled. Losing the
+/// lease drops the controller at once (in-flight reconciles are cancelled): another replica
+/// may take over as soon as the lease expires. `stop` shuts it down gracefully instead.
+pub async fn reconcile_while_leading(
+    client: Client,
+    config: controller::Config,
+    leader: LeaderArgs,
+    identity: String,
+    parts: Parts,
+    stop: CancellationToken,
+) {
+    let (leading_tx, mut leading) = watch::channel(!leader.leader_elect);
+    let stop_election = CancellationToken::new();
+    let election = if leader.leader_elect {
+        let lease = leader::Config::new(leader.lease_name, leader.lease_namespace, identity);
+        let stop = stop_election.clone().cancelled_owned();
+        Some(tokio::spawn(leader::run(
+            client.clone(),
+            lease,
+            leading_tx,
+            stop,
+        )))
+    } else {
+        // Without election this replica always leads: keep the sender alive, and silent.
+        drop(tokio::spawn(async move { leading_tx.closed().await }));
+        None
+    };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            changed = leading.wait_for(|l| *l) => if changed.is_err() { break },
+        }
+        parts.health.set_leading(true);
+        parts.metrics.leader.set(1);
+        let health = parts.health.clone();
+        let graceful = stop.clone().cancelled_owned();
+        let controller = controller::run(
+            client.clone(),
+            config.clone(),
+            parts.metrics.clone(),
+            graceful,
+            move || health.set_caches_synced(),
+        );
+        let mut lost = leading.clone();
+        // In-flight reconciles get their deadline to finish; a controller whose caches never
+        // synced (API unreachable) would otherwise wait for them forever.
+        let overdue = async {
+            stop.cancelled().await;
+            tokio::time::sleep(config.reconcile_timeout).await;
+        };
+        tokio::select! {
+            () = controller => {}
+            Ok(_) = lost.wait_for(|l| !*l) => warn!("Lost the lease: stopped reconciling"),
+            () = overdue => warn!("Controller did not stop within the reconcile deadline: dropped it"),
+        }
+        parts.health.set_leading(false);
+        parts.metrics.leader.set(0);
+        if stop.is_cancelled() {
+            break;
+        }
+    }
+    stop_election.cancel();
+    if let Some(election) = election {
+        let _ = election.await;
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "myapp-operator".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// SIGTERM and Ctrl-C: the first starts the graceful shutdown, the second cuts it short.
+struct Signals {
+    first: CancellationToken,
+    second: CancellationToken,
+}
+
+impl Signals {
+    fn install() -> Result<Self, Error> {
+        let first = CancellationToken::new();
+        let second = CancellationToken::new();
+        #[cfg(unix)]
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(Error::InstallSignalHandler)?;
+        let (f, s) = (first.clone(), second.clone());
+        tokio::spawn(async move {
+            for token in [f, s] {
+                #[cfg(unix)]
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                #[cfg(not(unix))]
+                let _ = tokio::signal::ctrl_c().await;
+                token.cancel();
+            }
+        });
+        Ok(Self { first, second })
+    }
+
+    fn first(&self) -> impl Future<Output = ()> + '_ {
+        self.first.cancelled()
+    }
+
+    fn second(&self) -> impl Future<Output = ()> + '_ {
+        self.second.cancelled()
+    }
+}
