@@ -293,10 +293,12 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
 
 /// What to type next, printed by `dev` (paths relative to the repository root).
 pub const NEXT_STEPS: &[&str] = &[
-    "kubectl apply -f deploy/examples/myapp.yaml                        # admitted, defaulted, reconciled",
-    "kubectl get myapps -w                                              # watch the phase move to Running",
-    "kubectl get deployments,services                                   # the children",
-    "kubectl apply -f deploy/examples/invalid-replicas-negative.yaml   # rejected by the webhook",
+    "kubectl apply -f deploy/examples/myapp.yaml                               # admitted, defaulted, reconciled",
+    "kubectl get myapps -w                                                     # watch the phase move to Running",
+    "kubectl get myapp web -o yaml                                             # defaults injected, status reported",
+    "kubectl get deployments,services                                          # the children",
+    "kubectl apply -f deploy/examples/invalid-replicas-negative.yaml           # refused by the CRD schema",
+    "kubectl apply -f deploy/examples/invalid-image-digest-wrong-length.yaml   # refused by the webhook",
 ];
 
 /// Default for `--state-dir`: a folder in the system's temporary directory.

@@ -319,6 +319,21 @@ fn valid_examples_deserialize_and_pass_the_schema() {
     }
 }
 
+/// Invalid examples only the webhook rejects (see the table in `src/admission.rs`).
+const WEBHOOK_ONLY_EXAMPLES: &[&str] = &["invalid-image-digest-wrong-length.yaml"];
+
+#[test]
+fn webhook_only_examples_pass_the_schema() {
+    for file in WEBHOOK_ONLY_EXAMPLES {
+        let errors = admit(read_yaml(&root().join("deploy/examples").join(file)));
+        assert_eq!(
+            errors,
+            Vec::<String>::new(),
+            "{file} is caught by the schema: move it to the schema table"
+        );
+    }
+}
+
 #[test]
 fn each_invalid_example_is_rejected_for_the_reason_in_its_name() {
     let expected = [
@@ -355,7 +370,7 @@ fn each_invalid_example_is_rejected_for_the_reason_in_its_name() {
     let on_disk: BTreeSet<String> = std::fs::read_dir(root().join("deploy/examples"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("invalid-"))
+        .filter(|n| n.starts_with("invalid-") && !WEBHOOK_ONLY_EXAMPLES.contains(&n.as_str()))
         .collect();
     let covered: BTreeSet<String> = expected.iter().map(|(f, _)| (*f).to_owned()).collect();
     assert_eq!(

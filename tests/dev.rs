@@ -1,0 +1,172 @@
+//! `myapp-operator dev` as a new user runs it: the real binary, its printed instructions, and
+//! the real kubectl against the sandbox it starts.
+
+#[path = "../sandbox/tests/support/kubectl.rs"]
+mod kubectl;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+struct Dev {
+    child: Child,
+    lines: Vec<String>,
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `dev` on free ports and reads what it prints up to "Ctrl-C stops everything.".
+fn start_dev(state_dir: &std::path::Path) -> Dev {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+        .args([
+            "dev",
+            "--api-addr",
+            "127.0.0.1:0",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--rollout-delay",
+            "100ms",
+            "--default-env",
+            "TEAM=shop",
+            "--log-level",
+            "warn",
+        ])
+        .arg("--state-dir")
+        .arg(state_dir)
+        // Another directory than the repository: dev must not depend on where it runs.
+        .current_dir(std::env::temp_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start myapp-operator dev");
+    let mut lines = Vec::new();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    for line in stdout.lines() {
+        let line = line.expect("read dev output");
+        let done = line.starts_with("Ctrl-C stops everything");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        lines.last().is_some_and(|l| l.starts_with("Ctrl-C")),
+        "dev printed: {lines:?}"
+    );
+    Dev { child, lines }
+}
+
+fn printed<'a>(dev: &'a Dev, prefix: &str) -> &'a str {
+    dev.lines
+        .iter()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?} in {:?}", dev.lines))
+}
+
+fn example(name: &str) -> String {
+    format!("{}/deploy/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_reconciling() {
+    let state = tempfile::tempdir().unwrap();
+    let dev = start_dev(state.path());
+
+    let kubeconfig_path = printed(&dev, "export KUBECONFIG=");
+    assert!(
+        std::path::Path::new(kubeconfig_path).is_absolute(),
+        "{kubeconfig_path}"
+    );
+    assert!(
+        printed(&dev, "webhook: https://127.0.0.1:")
+            .parse::<u16>()
+            .is_ok()
+    );
+    assert!(
+        printed(&dev, "admin: http://127.0.0.1:")
+            .parse::<u16>()
+            .is_ok()
+    );
+    assert!(
+        dev.lines
+            .iter()
+            .any(|l| l.contains("kubectl apply -f deploy/examples/myapp.yaml"))
+    );
+
+    let Some(kubectl) = kubectl::Kubectl::new(&std::fs::read_to_string(kubeconfig_path).unwrap())
+    else {
+        return;
+    };
+    let applied = kubectl.ok(&["apply", "-f", &example("myapp.yaml")]).await;
+    assert!(
+        applied.contains("myapp.example.com/web created"),
+        "{applied}"
+    );
+
+    // The mutating webhook injected the configured default.
+    let yaml = kubectl.ok(&["get", "myapp", "web", "-o", "yaml"]).await;
+    assert!(
+        yaml.contains("name: TEAM") && yaml.contains("value: shop"),
+        "{yaml}"
+    );
+
+    // The controller made the children and reports Running.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let phase = kubectl
+            .ok(&["get", "myapp", "web", "-o", "jsonpath={.status.phase}"])
+            .await;
+        if phase == "Running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "phase is still {phase:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let children = kubectl
+        .ok(&["get", "deployments,services", "-o", "name"])
+        .await;
+    assert!(
+        children.contains("deployment.apps/web") && children.contains("service/web"),
+        "{children}"
+    );
+
+    // A mistake only the webhook knows about gets the webhook's own words. The denial carries
+    // field causes with reason Invalid, so kubectl prints it as "The MyApp "web" is invalid:
+    // <causes>" (as it does on a real cluster) rather than the "admission webhook ... denied"
+    // line, which it keeps for denials without causes.
+    let out = kubectl
+        .run(&[
+            "apply",
+            "-f",
+            &example("invalid-image-digest-wrong-length.yaml"),
+        ])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("The MyApp \"web\" is invalid: spec.image: Invalid value:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sha256 needs 64 and sha512 128 lower-case hex digits"),
+        "{stderr}"
+    );
+    // A mistake the schema knows about is refused before any validating webhook runs.
+    let out = kubectl
+        .run(&["apply", "-f", &example("invalid-replicas-negative.yaml")])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"), "{stderr}");
+}

@@ -1,0 +1,546 @@
+//! The operator end to end on the sandbox: the real kube `Controller`, the real HTTPS webhook,
+//! and the sandbox's admission chain calling it — the same `Environment` `dev` runs.
+
+use std::{future::Future, time::Duration};
+
+use k8s_openapi::api::{apps::v1::Deployment, coordination::v1::Lease, core::v1::Service};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use kube_sandbox::WriteFault;
+use myapp_operator::{
+    admission::AdmissionConfig,
+    cli::LeaderArgs,
+    controller,
+    crd::{EnvVar, MyApp, MyAppSpec, Phase},
+    dev::{Environment, Options},
+    run::{self, Parts},
+};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "default";
+/// Upper bound for convergence: generous, since CI machines are slow; never a timing assertion.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+struct Operator {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    parts: Parts,
+}
+
+impl Operator {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("controller task");
+    }
+}
+
+async fn environment(default_env: &[(&str, &str)]) -> (Environment, tempfile::TempDir) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = Options::ephemeral(dir.path().to_owned());
+    options.admission = AdmissionConfig {
+        default_env: default_env
+            .iter()
+            .map(|(n, v)| EnvVar {
+                name: (*n).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..AdmissionConfig::default()
+    };
+    (
+        Environment::start(options)
+            .await
+            .expect("environment starts"),
+        dir,
+    )
+}
+
+fn config(resync: Duration) -> controller::Config {
+    controller::Config {
+        resync,
+        backoff_base: Duration::from_millis(50),
+        backoff_cap: Duration::from_secs(2),
+        reconcile_timeout: Duration::from_secs(10),
+        ..controller::Config::default()
+    }
+}
+
+async fn start_operator(
+    env: &Environment,
+    identity: &str,
+    elect: bool,
+    resync: Duration,
+) -> Operator {
+    let stop = CancellationToken::new();
+    let parts = Parts::new();
+    let leader = LeaderArgs {
+        leader_elect: elect,
+        lease_name: "myapp-operator".into(),
+        lease_namespace: "myapp-system".into(),
+        identity: Some(identity.into()),
+    };
+    let task = tokio::spawn(run::reconcile_while_leading(
+        env.client().await.unwrap(),
+        config(resync),
+        leader,
+        identity.into(),
+        parts.clone(),
+        stop.clone(),
+    ));
+    Operator { stop, task, parts }
+}
+
+fn app(name: &str, replicas: Option<i32>) -> MyApp {
+    MyApp::new(
+        name,
+        MyAppSpec {
+            replicas,
+            image: "ghcr.io/example/web:1.4.2".into(),
+            port: 8080,
+            env: vec![EnvVar {
+                name: "LOG_LEVEL".into(),
+                value: "info".into(),
+            }],
+        },
+    )
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "did not happen within {CONVERGE:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn container_env(d: &Deployment) -> Vec<(String, String)> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn image(d: &Deployment) -> String {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
+}
+
+async fn converged(apps: &Api<MyApp>, name: &str, phase: Phase) -> MyApp {
+    eventually(
+        &format!("{name} reports {phase:?} for its current generation"),
+        || async {
+            let app = apps.get(name).await.ok()?;
+            let status = app.status.as_ref()?;
+            (status.phase == Some(phase) && status.observed_generation == app.metadata.generation)
+                .then_some(app)
+        },
+    )
+    .await
+}
+
+fn writes(env: &Environment) -> Vec<kube_sandbox::RequestRecord> {
+    env.sandbox
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            matches!(
+                r.verb.as_str(),
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myapp_gets_owned_children_with_injected_defaults_and_a_running_status() {
+    let (env, _dir) = environment(&[("TEAM", "shop"), ("LOG_LEVEL", "debug")]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let created = apps
+        .create(&PostParams::default(), &app("web", Some(3)))
+        .await
+        .unwrap();
+    // The mutating webhook added TEAM and left the user's LOG_LEVEL alone.
+    let env_names: Vec<(&str, &str)> = created
+        .spec
+        .env
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(env_names, [("LOG_LEVEL", "info"), ("TEAM", "shop")]);
+
+    let running = converged(&apps, "web", Phase::Running).await;
+    let status = running.status.clone().unwrap();
+    assert_eq!(
+        (status.replicas, status.available_replicas),
+        (Some(3), Some(3))
+    );
+    assert_eq!(
+        status.selector.as_deref(),
+        Some("app.kubernetes.io/instance=web,app.kubernetes.io/name=myapp")
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.observed_generation),
+        ("True", running.metadata.generation)
+    );
+
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("web")
+        .await
+        .unwrap();
+    let owner = &deployment.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("MyApp", "web", Some(true))
+    );
+    assert_eq!(owner.uid, running.uid().unwrap());
+    assert_eq!(
+        container_env(&deployment),
+        [
+            ("LOG_LEVEL".into(), "info".into()),
+            ("TEAM".into(), "shop".into())
+        ]
+    );
+    let service = Api::<Service>::namespaced(client, NS)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(service.owner_references()[0].uid, running.uid().unwrap());
+    assert_eq!(service.spec.unwrap().ports.unwrap()[0].port, 8080);
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_follow_every_spec_change_and_keep_replicas_when_the_spec_drops_them() {
+    let (env, _dir) = environment(&[]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    let services = Api::<Service>::namespaced(client.clone(), NS);
+    apps.create(&PostParams::default(), &app("web", Some(2)))
+        .await
+        .unwrap();
+    converged(&apps, "web", Phase::Running).await;
+
+    let change = json!({"spec": {"image": "ghcr.io/example/web:2.0.0", "port": 9090, "replicas": 5,
+                                 "env": [{"name": "MODE", "value": "fast"}]}});
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    let d = eventually("the Deployment follows image, env and replicas", || async {
+        let d = deployments.get("web").await.ok()?;
+        (image(&d) == "ghcr.io/example/web:2.0.0" && d.spec.as_ref()?.replicas == Some(5))
+            .then_some(d)
+    })
+    .await;
+    assert_eq!(
+        container_env(&d),
+        [("MODE".to_owned(), "fast".to_owned())],
+        "LOG_LEVEL was removed from the spec"
+    );
+    let port = d.spec.unwrap().template.spec.unwrap().containers[0]
+        .ports
+        .clone()
+        .unwrap()[0]
+        .container_port;
+    assert_eq!(port, 9090);
+    eventually("the Service follows the port", || async {
+        (services.get("web").await.ok()?.spec?.ports?[0].port == 9090).then_some(())
+    })
+    .await;
+    converged(&apps, "web", Phase::Running).await;
+
+    // The MyApp stops setting replicas: the count stays where it was, for an autoscaler to own.
+    apps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "remove", "path": "/spec/replicas"}
+            ]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    converged(&apps, "web", Phase::Running).await;
+    let d = deployments.get("web").await.unwrap();
+    assert_eq!(
+        d.spec.unwrap().replicas,
+        Some(5),
+        "replicas left alone when the spec drops them"
+    );
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_child_comes_back_and_deleting_the_myapp_collects_both() {
+    let (env, _dir) = environment(&[]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    let services = Api::<Service>::namespaced(client.clone(), NS);
+    apps.create(&PostParams::default(), &app("web", Some(1)))
+        .await
+        .unwrap();
+    converged(&apps, "web", Phase::Running).await;
+    let first_uid = deployments.get("web").await.unwrap().uid();
+
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Deployment is recreated", || async {
+        let d = deployments.get("web").await.ok()?;
+        (d.uid() != first_uid).then_some(())
+    })
+    .await;
+
+    apps.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually("both children are garbage-collected", || async {
+        (deployments.get_opt("web").await.ok()?.is_none()
+            && services.get_opt("web").await.ok()?.is_none())
+        .then_some(())
+    })
+    .await;
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rollout_turns_the_app_degraded() {
+    let (env, _dir) = environment(&[]).await;
+    env.sandbox.rollouts().set_failing(true);
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let apps = Api::<MyApp>::namespaced(env.client().await.unwrap(), NS);
+    apps.create(&PostParams::default(), &app("web", Some(2)))
+        .await
+        .unwrap();
+    let app = converged(&apps, "web", Phase::Degraded).await;
+    let degraded = app
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "ProgressDeadlineExceeded")
+    );
+
+    env.sandbox.rollouts().set_failing(false);
+    apps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"image": "ghcr.io/example/web:1.4.3"}})),
+    )
+    .await
+    .unwrap();
+    converged(&apps, "web", Phase::Running).await;
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_steady_state_forced_reconciles_make_no_writes() {
+    let (env, _dir) = environment(&[("TEAM", "shop")]).await;
+    // A short resync forces reconciles of an unchanged world.
+    let operator = start_operator(&env, "solo", false, Duration::from_millis(200)).await;
+    let apps = Api::<MyApp>::namespaced(env.client().await.unwrap(), NS);
+    for name in ["a", "b", "c"] {
+        apps.create(&PostParams::default(), &app(name, Some(2)))
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c"] {
+        converged(&apps, name, Phase::Running).await;
+    }
+    // Let in-flight status writes settle, then count.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.sandbox.faults().clear_requests();
+    let noops_before = operator.parts.metrics.reconcile_noops.get();
+    eventually("at least 10 more reconciles ran", || async {
+        (operator.parts.metrics.reconcile_noops.get() >= noops_before + 10).then_some(())
+    })
+    .await;
+    assert_eq!(writes(&env), [], "an unchanged world needs no writes");
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_converges_through_dropped_watches_expired_versions_and_failing_writes() {
+    let (env, _dir) = environment(&[]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let apps = Api::<MyApp>::namespaced(env.client().await.unwrap(), NS);
+    let faults = env.sandbox.faults();
+
+    faults.fail_next_writes(3, WriteFault::Conflict);
+    apps.create(&PostParams::default(), &app("one", Some(1)))
+        .await
+        .ok();
+    // The create itself may have drawn a fault: make sure the MyApp exists.
+    eventually("the MyApp exists", || async {
+        if apps.get_opt("one").await.ok()?.is_some() {
+            return Some(());
+        }
+        apps.create(&PostParams::default(), &app("one", Some(1)))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    converged(&apps, "one", Phase::Running).await;
+
+    faults.close_watches();
+    faults.expire_next_watch();
+    faults.fail_next_writes(2, WriteFault::Internal);
+    faults.fail_next_writes(1, WriteFault::TooManyRequests { retry_after: 1 });
+    eventually("the second MyApp is created", || async {
+        if apps.get_opt("two").await.ok()?.is_some() {
+            return Some(());
+        }
+        apps.create(&PostParams::default(), &app("two", Some(1)))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    faults.set_delay(Duration::from_millis(100));
+    converged(&apps, "two", Phase::Running).await;
+    faults.set_delay(Duration::ZERO);
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_writes_and_the_other_takes_over_when_it_stops() {
+    let (env, _dir) = environment(&[]).await;
+    let client = env.client().await.unwrap();
+    let first = start_operator(&env, "first", true, Duration::from_secs(300)).await;
+    let leases = Api::<Lease>::namespaced(client.clone(), "myapp-system");
+    eventually("first holds the lease", || async {
+        let holder = leases
+            .get("myapp-operator")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity?;
+        (holder == "first").then_some(())
+    })
+    .await;
+    let second = start_operator(&env, "second", true, Duration::from_secs(300)).await;
+
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    apps.create(&PostParams::default(), &app("web", Some(1)))
+        .await
+        .unwrap();
+    converged(&apps, "web", Phase::Running).await;
+    assert!(
+        first
+            .parts
+            .metrics
+            .writes
+            .get_or_create(&deployment_writes())
+            .get()
+            >= 1
+    );
+    assert_eq!(
+        second
+            .parts
+            .metrics
+            .writes
+            .get_or_create(&deployment_writes())
+            .get(),
+        0,
+        "the follower never writes"
+    );
+    assert_eq!(second.parts.metrics.leader.get(), 0);
+
+    first.stop().await;
+    eventually("second holds the lease", || async {
+        let holder = leases
+            .get("myapp-operator")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity?;
+        (holder == "second").then_some(())
+    })
+    .await;
+    apps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    let deployments = Api::<Deployment>::namespaced(client, NS);
+    eventually("the new leader reconciles the change", || async {
+        (deployments.get("web").await.ok()?.spec?.replicas == Some(2)).then_some(())
+    })
+    .await;
+    assert!(
+        second
+            .parts
+            .metrics
+            .writes
+            .get_or_create(&deployment_writes())
+            .get()
+            >= 1
+    );
+    second.stop().await;
+    env.shutdown().await;
+}
+
+fn deployment_writes() -> myapp_operator::metrics::WriteLabels {
+    myapp_operator::metrics::WriteLabels {
+        target: "deployment",
+    }
+}
