@@ -160,8 +160,8 @@ pub struct AdmissionArgs {
           value_parser = clap::value_parser!(i32).range(0..=i64::from(crate::crd::MAX_REPLICAS)))]
     pub max_replicas: i32,
     /// An env variable every MyApp gets unless it sets that name itself, as NAME=VALUE.
-    /// Repeatable; the environment variable takes a comma-separated list.
-    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = ',', value_parser = crate::admission::parse_default_env)]
+    /// Repeatable; the environment variable takes one entry per line (values may hold commas).
+    #[arg(long = "default-env", env = "MYAPP_DEFAULT_ENV", value_delimiter = '\n', value_parser = crate::admission::parse_default_env)]
     pub default_env: Vec<EnvVar>,
 }
 
@@ -212,7 +212,7 @@ mod tests {
             "--default-env",
             "A=1",
             "--default-env",
-            "B=x=y",
+            "B=x=y,z",
         ])
         .unwrap();
         let Command::Run(args) = cli.command else {
@@ -226,7 +226,7 @@ mod tests {
             .collect();
         assert_eq!(
             pairs,
-            [("A".into(), "1".into()), ("B".into(), "x=y".into())]
+            [("A".into(), "1".into()), ("B".into(), "x=y,z".into())]
         );
         let err =
             Cli::try_parse_from(["myapp-operator", "run", "--default-env", "1A=x"]).unwrap_err();

@@ -269,10 +269,10 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
     let mut writes = 0;
 
     let desired = resources::deployment(app);
-    if observed_deployment
+    let deployment_stale = observed_deployment
         .as_deref()
-        .is_none_or(|o| !resources::is_applied(&desired, o))
-    {
+        .is_none_or(|o| !resources::is_applied(&desired, o));
+    if deployment_stale {
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
         if let Some(replicas) = replicas_to_hand_over(app, observed_deployment.as_deref()) {
             let keep = json!({
@@ -312,6 +312,12 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
         info!(%name, %namespace, "Applied Service");
     }
 
+    if deployment_stale {
+        // The Deployment just changed: what the cache holds describes the old one. The watch
+        // event of this very write triggers the next reconcile, which reports on the new one,
+        // so a status written now would be overwritten at once (one write saved per change).
+        return Ok(writes);
+    }
     let rollout = observed_deployment.as_deref().map(Rollout::from_deployment);
     let status = resources::status(app, rollout.as_ref(), Timestamp::now());
     if app.status.as_ref() != Some(&status) {

@@ -1,4 +1,5 @@
-//! Logging: `tracing` with structured fields, JSON for clusters or plain text for people.
+//! Logging: `tracing` with structured fields, JSON for clusters or plain text for people, on
+//! stderr (stdout is for what a command prints, such as `dev`'s instructions).
 
 use crate::Error;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
@@ -23,12 +24,15 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
         LogFormat::Json => registry
             .with(
                 fmt::layer()
+                    .with_writer(std::io::stderr)
                     .json()
                     .flatten_event(true)
                     .with_current_span(false),
             )
             .try_init(),
-        LogFormat::Plain => registry.with(fmt::layer().with_target(false)).try_init(),
+        LogFormat::Plain => registry
+            .with(fmt::layer().with_writer(std::io::stderr).with_target(false))
+            .try_init(),
     }
     .map_err(Error::InstallLogger)
 }

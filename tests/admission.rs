@@ -109,6 +109,7 @@ fn each_invalid_example_is_denied_naming_the_field() {
         ("invalid-port-too-large.yaml", "spec.port"),
         ("invalid-image-empty.yaml", "spec.image"),
         ("invalid-image-not-a-reference.yaml", "spec.image"),
+        ("invalid-image-digest-wrong-length.yaml", "spec.image"),
         ("invalid-env-duplicate-name.yaml", "spec.env[1].name"),
         ("invalid-env-bad-name.yaml", "spec.env[0].name"),
         ("invalid-name-not-dns-label.yaml", "metadata.name"),

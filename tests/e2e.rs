@@ -373,6 +373,22 @@ async fn a_failed_rollout_turns_the_app_degraded() {
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", "ProgressDeadlineExceeded")
     );
+    // People learn about it from an Event on the MyApp, not only from its status.
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client().await.unwrap(), NS);
+    let warning = eventually("a Warning Event says the app is Degraded", || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("Degraded"))
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let regarding = warning.regarding.unwrap();
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.name.as_deref()),
+        (Some("MyApp"), Some("web"))
+    );
 
     env.sandbox.rollouts().set_failing(false);
     apps.patch(

@@ -1,5 +1,15 @@
 //! `webhook`: hardened HTTPS serving and `AdmissionReview` plumbing for Kubernetes admission
 //! webhooks. It knows nothing about any particular resource: callers bring typed rules.
+//!
+//! - [`validating`] / [`mutating`]: typed rule -> axum route handler (see [`review`]);
+//! - [`patch`]: the add-only JSON Patch computed against the raw request object;
+//! - [`serve`]: tokio-rustls + hyper HTTP/1.1 with timeouts, body limit, bounded connections,
+//!   certificate hot-reload ([`tls`]) and graceful drain;
+//! - [`Metrics`]: prometheus-client metrics for the operator's `/metrics`.
+//!
+//! The answers chosen for bad input, and where they follow controller-runtime, are in the
+//! table below (also the crate's README).
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 mod error;

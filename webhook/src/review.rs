@@ -601,8 +601,9 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
     })
 }
 
-/// Parses a raw object as the rule's type; the error names the field that failed.
-fn typed<T: DeserializeOwned>(raw: &RawValue, which: &str) -> Result<T, Failure> {
+/// Parses a raw object as the rule's type; the error names the field that failed, and the
+/// request's kind (the type's name when the request has none).
+fn typed<T: DeserializeOwned>(raw: &RawValue, which: &str, kind: &str) -> Result<T, Failure> {
     serde_json::from_str(raw.get()).map_err(|_| {
         // Slow path only on failure: re-parse to learn the path of the bad field.
         let mut de = serde_json::Deserializer::from_str(raw.get());
@@ -616,7 +617,11 @@ fn typed<T: DeserializeOwned>(raw: &RawValue, which: &str) -> Result<T, Failure>
             "BadRequest",
             format!(
                 "{which} does not parse as {}: {detail}",
-                short_type_name::<T>()
+                if kind.is_empty() {
+                    short_type_name::<T>()
+                } else {
+                    kind
+                }
             ),
         )
     })
@@ -718,7 +723,7 @@ where
         Operation::Delete | Operation::Connect => return allowed(&request.uid, None, Vec::new()),
         Operation::Create => {
             match required(request.object, "request.object", "CREATE")
-                .and_then(|raw| typed::<T>(raw, "request.object"))
+                .and_then(|raw| typed::<T>(raw, "request.object", &request.kind))
             {
                 Ok(new) => (new, None),
                 Err(failure) => return failure.into_response(&request.uid),
@@ -726,10 +731,10 @@ where
         }
         Operation::Update => {
             let parsed = required(request.object, "request.object", "UPDATE")
-                .and_then(|raw| typed::<T>(raw, "request.object"))
+                .and_then(|raw| typed::<T>(raw, "request.object", &request.kind))
                 .and_then(|new| {
                     required(request.old_object, "request.oldObject", "UPDATE")
-                        .and_then(|raw| typed::<T>(raw, "request.oldObject"))
+                        .and_then(|raw| typed::<T>(raw, "request.oldObject", &request.kind))
                         .map(|old| (new, Some(old)))
                 });
             match parsed {
@@ -804,7 +809,7 @@ where
     F: Fn(&mut T, &Context<'_>),
 {
     let raw_object = required(request.object, "request.object", operation)?;
-    let mut object: T = typed(raw_object, "request.object")?;
+    let mut object: T = typed(raw_object, "request.object", &request.kind)?;
     let internal = |message: String| {
         Failure::denial(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
     };

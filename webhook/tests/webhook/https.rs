@@ -133,7 +133,7 @@ async fn an_8_mib_body_gets_413_without_the_server_reading_it() {
         .await
         .unwrap();
     let body = StreamBody::new(tokio_stream_from(frames));
-    let request = http::Request::post("/validate")
+    let request = axum::http::Request::post("/validate")
         .header("host", "webhook.test.svc")
         .header("content-type", "application/json")
         .header("content-length", 8 * 1024 * 1024)
@@ -309,5 +309,60 @@ async fn shutdown_drains_then_finishes_in_flight_requests_with_connection_close(
     assert!(
         tls_connect(addr, config).await.is_err(),
         "no longer accepting"
+    );
+}
+
+#[tokio::test]
+async fn a_request_not_answered_in_time_gets_408_and_the_connection_closes() {
+    let pki = Pki::new();
+    let dir = SecretDir::new(&pki.pair());
+    let slow = Router::new().route(
+        "/slow",
+        post(|| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "too late"
+        }),
+    );
+    let server = start(&dir, slow, |config| {
+        config.request_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let mut client = client(server.addr(), pki.client_config(&[b"http/1.1"]))
+        .await
+        .unwrap();
+    let answer = timeout(PATIENCE, client.post("/slow", b"{}".to_vec()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 408);
+    assert_eq!(answer.headers["connection"], "close");
+    let _ = timeout(PATIENCE, client.connection).await.unwrap();
+    assert_eq!(server.metrics.rejections(Rejection::RequestTimeout), 1);
+}
+
+#[tokio::test]
+async fn a_silent_client_is_dropped_by_the_handshake_timeout() {
+    let dir = SecretDir::new(&Pki::new().pair());
+    let server = start(&dir, Router::new(), |config| {
+        config.handshake_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = timeout(PATIENCE, tcp.read_to_end(&mut rest)).await.unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(server.metrics.rejections(Rejection::HandshakeTimeout), 1);
+}
+
+#[tokio::test]
+async fn a_tls_1_2_only_client_is_served() {
+    let pki = Pki::new();
+    let dir = SecretDir::new(&pki.pair());
+    let server = start(&dir, router(&webhook::Metrics::new()), |_| {}).await;
+    let config = pki.client_config_for(&[&rustls::version::TLS12], &[b"http/1.1"]);
+    let tls = tls_connect(server.addr(), config).await.unwrap();
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_2)
     );
 }

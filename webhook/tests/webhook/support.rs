@@ -114,7 +114,7 @@ pub fn fixture_json(name: &str) -> Value {
 /// An answer: HTTP status, headers and the body parsed as JSON (Null if it is not JSON).
 pub struct Answer {
     pub status: u16,
-    pub headers: http::HeaderMap,
+    pub headers: axum::http::HeaderMap,
     pub json: Value,
 }
 
@@ -250,12 +250,20 @@ impl Pki {
     }
 
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+        self.client_config_for(rustls::DEFAULT_VERSIONS, alpn)
+    }
+
+    pub fn client_config_for(
+        &self,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        alpn: &[&[u8]],
+    ) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.der().clone()).unwrap();
         let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
@@ -381,7 +389,7 @@ pub async fn client(
 impl Client {
     pub async fn post(&mut self, path: &str, body: Vec<u8>) -> Result<Answer, hyper::Error> {
         self.sender.ready().await?;
-        let request = http::Request::post(path)
+        let request = axum::http::Request::post(path)
             .header("host", SERVICE_NAME)
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))

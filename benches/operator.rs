@@ -1,0 +1,317 @@
+//! Load benchmark of the real operator binary against a kube-sandbox served on loopback.
+//!
+//! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time to
+//! a webhook answer after process start, idle RSS, create and convergence times for APPS
+//! MyApps, the operator's writes per MyApp, RSS with everything cached, writes during a forced
+//! resync, and the rate of a no-op loader issuing the same writes through the same sandbox.
+//! Numbers are printed, never asserted.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    sync::{Arc, mpsc},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
+use kube::{
+    Api, Client, CustomResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use myapp_operator::{
+    crd::{MyApp, MyAppSpec},
+    resources,
+};
+use serde_json::json;
+
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn wait_for(lines: &mpsc::Receiver<String>, message: &str) -> SocketAddr {
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("operator log line");
+        if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
+            && entry["message"] == message
+        {
+            return entry["addr"].as_str().unwrap().parse().unwrap();
+        }
+    }
+}
+
+fn app(i: usize) -> MyApp {
+    MyApp::new(
+        &format!("app-{i}"),
+        MyAppSpec {
+            replicas: Some(2),
+            image: "ghcr.io/example/web:1.4.2".into(),
+            port: 8080,
+            env: vec![],
+        },
+    )
+}
+
+async fn converged(client: &Client, namespace: &str, apps: usize) -> bool {
+    let lp = ListParams::default();
+    let Ok(list) = Api::<MyApp>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+    else {
+        return false;
+    };
+    let done = list
+        .items
+        .iter()
+        .filter(|a| {
+            a.status
+                .as_ref()
+                .is_some_and(|s| s.observed_generation == a.metadata.generation)
+        })
+        .count();
+    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .list_metadata(&lp)
+        .await
+        .map_or(0, |l| l.items.len());
+    let services = Api::<Service>::namespaced(client.clone(), namespace)
+        .list_metadata(&lp)
+        .await
+        .map_or(0, |l| l.items.len());
+    done == apps && deployments == apps && services == apps
+}
+
+fn operator_writes(sandbox: &kube_sandbox::Sandbox) -> usize {
+    sandbox
+        .faults()
+        .requests()
+        .iter()
+        .filter(|r| r.field_manager.as_deref() == Some(resources::FIELD_MANAGER) && r.verb != "get")
+        .count()
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let apps = args.first().copied().unwrap_or(1000);
+    let concurrency = args.get(1).copied().unwrap_or(4);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bench(apps, concurrency));
+}
+
+async fn bench(apps: usize, concurrency: usize) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = kube_sandbox::Sandbox::builder()
+        .namespace("load")
+        .namespace("baseline")
+        .rollout_delay(Duration::from_millis(10))
+        .event_log_capacity(200_000)
+        .build();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    std::fs::write(dir.path().join("kubeconfig"), served.kubeconfig()).unwrap();
+    let client = Client::new(sandbox.router(), "default");
+    let crd = MyApp::crd();
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
+        .patch("myapps.example.com", &PatchParams::apply("bench"), &Patch::Apply(&crd))
+        .await
+        .unwrap();
+    let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
+    bundle.write_to(&dir.path().join("certs")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::pem::PemObject::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+        .args([
+            "run",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+        ])
+        .args([
+            "--log-format",
+            "json",
+            "--log-level",
+            "info,myapp_operator::controller=warn",
+            "--resync",
+            "10s",
+        ])
+        .args(["--concurrency", &concurrency.to_string()])
+        .arg("--cert-dir")
+        .arg(dir.path().join("certs"))
+        .env("KUBECONFIG", dir.path().join("kubeconfig"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = BufReader::new(child.stderr.take().unwrap());
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        output
+            .lines()
+            .map_while(Result::ok)
+            .for_each(|l| drop(tx.send(l)))
+    });
+    let child = Reap(child);
+    let pid = child.0.id();
+    let webhook = wait_for(&lines, "Webhook serving");
+    let serving = started.elapsed();
+    std::thread::spawn(move || lines.into_iter().for_each(drop));
+    let first_answer = first_webhook_answer(webhook, started, Arc::new(tls)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rss = rss_kib(pid);
+
+    sandbox.faults().clear_requests();
+    let load = Api::<MyApp>::namespaced(client.clone(), "load");
+    let create_start = Instant::now();
+    stream::iter(0..apps)
+        .for_each_concurrent(32, |i| {
+            let load = load.clone();
+            async move {
+                load.create(&PostParams::default(), &app(i)).await.unwrap();
+            }
+        })
+        .await;
+    let created = create_start.elapsed();
+    while !converged(&client, "load", apps).await {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let converged_after = create_start.elapsed();
+    let writes = operator_writes(&sandbox);
+    let loaded_rss = rss_kib(pid);
+
+    sandbox.faults().clear_requests();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let resync_writes = operator_writes(&sandbox);
+
+    // Baseline: the same three writes per MyApp, issued directly with the same concurrency.
+    let baseline = Api::<MyApp>::namespaced(client.clone(), "baseline");
+    stream::iter(0..apps)
+        .for_each_concurrent(32, |i| {
+            let baseline = baseline.clone();
+            async move {
+                baseline
+                    .create(&PostParams::default(), &app(i))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    let baseline_apps: Vec<Arc<MyApp>> = baseline
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let apply = PatchParams::apply("baseline-loader").force();
+    let loader_start = Instant::now();
+    stream::iter(baseline_apps)
+        .for_each_concurrent(concurrency, |a| {
+            let (client, apply) = (client.clone(), apply.clone());
+            async move {
+                let name = a.metadata.name.clone().unwrap();
+                Api::<Deployment>::namespaced(client.clone(), "baseline")
+                    .patch(&name, &apply, &Patch::Apply(resources::deployment(&a)))
+                    .await
+                    .unwrap();
+                Api::<Service>::namespaced(client.clone(), "baseline")
+                    .patch(&name, &apply, &Patch::Apply(resources::service(&a)))
+                    .await
+                    .unwrap();
+                let status = json!({"apiVersion": "example.com/v1", "kind": "MyApp",
+                                    "status": resources::status(&a, None, k8s_openapi::jiff::Timestamp::now())});
+                Api::<MyApp>::namespaced(client, "baseline").patch_status(&name, &apply, &Patch::Apply(&status)).await.unwrap();
+            }
+        })
+        .await;
+    let loader = loader_start.elapsed();
+
+    let operator_rate = apps as f64 / converged_after.as_secs_f64();
+    let loader_rate = apps as f64 / loader.as_secs_f64();
+    println!("apps={apps} concurrency={concurrency}");
+    println!(
+        "webhook serving (log line) after start: {serving:?}; first webhook answer after start: {first_answer:?}"
+    );
+    println!("idle RSS: {:.1} MiB", idle_rss as f64 / 1024.0);
+    println!(
+        "created {apps} MyApps in {created:?}; all converged {converged_after:?} after the first create ({:?} after the last)",
+        converged_after.saturating_sub(created)
+    );
+    println!(
+        "operator writes: {writes} ({:.2} per MyApp)",
+        writes as f64 / apps as f64
+    );
+    println!(
+        "RSS with {apps} MyApps + children cached: {:.1} MiB",
+        loaded_rss as f64 / 1024.0
+    );
+    println!("writes during a forced resync of every object: {resync_writes}");
+    println!(
+        "no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",
+        operator_rate / loader_rate
+    );
+    drop(child);
+    served.shutdown().await.unwrap();
+}
+
+/// Time from process start to the first answered webhook request.
+async fn first_webhook_answer(
+    addr: SocketAddr,
+    started: Instant,
+    tls: Arc<rustls::ClientConfig>,
+) -> Duration {
+    let stream = loop {
+        if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
+            break s;
+        }
+    };
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, stream)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let request = hyper::Request::post("/validate-myapp")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+        .unwrap();
+    let _ = sender.send_request(request).await.unwrap();
+    started.elapsed()
+}
