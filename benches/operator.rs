@@ -46,7 +46,9 @@ fn rss_kib(pid: u32) -> u64 {
 
 fn wait_for(lines: &mpsc::Receiver<String>, message: &str) -> SocketAddr {
     loop {
-        let line = lines.recv_timeout(Duration::from_secs(60)).expect("operator log line");
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("operator log line");
         if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
             && entry["message"] == message
         {
@@ -58,20 +60,40 @@ fn wait_for(lines: &mpsc::Receiver<String>, message: &str) -> SocketAddr {
 fn app(i: usize) -> MyApp {
     MyApp::new(
         &format!("app-{i}"),
-        MyAppSpec { replicas: Some(2), image: "ghcr.io/example/web:1.4.2".into(), port: 8080, env: vec![] },
+        MyAppSpec {
+            replicas: Some(2),
+            image: "ghcr.io/example/web:1.4.2".into(),
+            port: 8080,
+            env: vec![],
+        },
     )
 }
 
 async fn converged(client: &Client, namespace: &str, apps: usize) -> bool {
     let lp = ListParams::default();
-    let Ok(list) = Api::<MyApp>::namespaced(client.clone(), namespace).list(&lp).await else { return false };
+    let Ok(list) = Api::<MyApp>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+    else {
+        return false;
+    };
     let done = list
         .items
         .iter()
-        .filter(|a| a.status.as_ref().is_some_and(|s| s.observed_generation == a.metadata.generation))
+        .filter(|a| {
+            a.status
+                .as_ref()
+                .is_some_and(|s| s.observed_generation == a.metadata.generation)
+        })
         .count();
-    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace).list_metadata(&lp).await.map_or(0, |l| l.items.len());
-    let services = Api::<Service>::namespaced(client.clone(), namespace).list_metadata(&lp).await.map_or(0, |l| l.items.len());
+    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .list_metadata(&lp)
+        .await
+        .map_or(0, |l| l.items.len());
+    let services = Api::<Service>::namespaced(client.clone(), namespace)
+        .list_metadata(&lp)
+        .await
+        .map_or(0, |l| l.items.len());
     done == apps && deployments == apps && services == apps
 }
 
@@ -85,10 +107,16 @@ fn operator_writes(sandbox: &kube_sandbox::Sandbox) -> usize {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let apps = args.first().copied().unwrap_or(1000);
     let concurrency = args.get(1).copied().unwrap_or(4);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(bench(apps, concurrency));
 }
 
@@ -112,14 +140,32 @@ async fn bench(apps: usize, concurrency: usize) {
     let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
     bundle.write_to(&dir.path().join("certs")).unwrap();
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls_pki_types::pem::PemObject::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap()).unwrap();
-    let mut tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    roots
+        .add(rustls_pki_types::pem::PemObject::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
 
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
-        .args(["run", "--webhook-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--leader-elect=false"])
-        .args(["--log-format", "json", "--log-level", "info,myapp_operator::controller=warn", "--resync", "10s"])
+        .args([
+            "run",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--leader-elect=false",
+        ])
+        .args([
+            "--log-format",
+            "json",
+            "--log-level",
+            "info,myapp_operator::controller=warn",
+            "--resync",
+            "10s",
+        ])
         .args(["--concurrency", &concurrency.to_string()])
         .arg("--cert-dir")
         .arg(dir.path().join("certs"))
@@ -130,7 +176,12 @@ async fn bench(apps: usize, concurrency: usize) {
         .unwrap();
     let output = BufReader::new(child.stderr.take().unwrap());
     let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || output.lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
+    std::thread::spawn(move || {
+        output
+            .lines()
+            .map_while(Result::ok)
+            .for_each(|l| drop(tx.send(l)))
+    });
     let child = Reap(child);
     let pid = child.0.id();
     let webhook = wait_for(&lines, "Webhook serving");
@@ -169,11 +220,21 @@ async fn bench(apps: usize, concurrency: usize) {
         .for_each_concurrent(32, |i| {
             let baseline = baseline.clone();
             async move {
-                baseline.create(&PostParams::default(), &app(i)).await.unwrap();
+                baseline
+                    .create(&PostParams::default(), &app(i))
+                    .await
+                    .unwrap();
             }
         })
         .await;
-    let baseline_apps: Vec<Arc<MyApp>> = baseline.list(&ListParams::default()).await.unwrap().items.into_iter().map(Arc::new).collect();
+    let baseline_apps: Vec<Arc<MyApp>> = baseline
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     let apply = PatchParams::apply("baseline-loader").force();
     let loader_start = Instant::now();
     stream::iter(baseline_apps)
@@ -200,27 +261,51 @@ async fn bench(apps: usize, concurrency: usize) {
     let operator_rate = apps as f64 / converged_after.as_secs_f64();
     let loader_rate = apps as f64 / loader.as_secs_f64();
     println!("apps={apps} concurrency={concurrency}");
-    println!("webhook serving (log line) after start: {serving:?}; first webhook answer after start: {first_answer:?}");
+    println!(
+        "webhook serving (log line) after start: {serving:?}; first webhook answer after start: {first_answer:?}"
+    );
     println!("idle RSS: {:.1} MiB", idle_rss as f64 / 1024.0);
-    println!("created {apps} MyApps in {created:?}; all converged {converged_after:?} after the first create ({:?} after the last)", converged_after.saturating_sub(created));
-    println!("operator writes: {writes} ({:.2} per MyApp)", writes as f64 / apps as f64);
-    println!("RSS with {apps} MyApps + children cached: {:.1} MiB", loaded_rss as f64 / 1024.0);
+    println!(
+        "created {apps} MyApps in {created:?}; all converged {converged_after:?} after the first create ({:?} after the last)",
+        converged_after.saturating_sub(created)
+    );
+    println!(
+        "operator writes: {writes} ({:.2} per MyApp)",
+        writes as f64 / apps as f64
+    );
+    println!(
+        "RSS with {apps} MyApps + children cached: {:.1} MiB",
+        loaded_rss as f64 / 1024.0
+    );
     println!("writes during a forced resync of every object: {resync_writes}");
-    println!("no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x", operator_rate / loader_rate);
+    println!(
+        "no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",
+        operator_rate / loader_rate
+    );
     drop(child);
     served.shutdown().await.unwrap();
 }
 
 /// Time from process start to the first answered webhook request.
-async fn first_webhook_answer(addr: SocketAddr, started: Instant, tls: Arc<rustls::ClientConfig>) -> Duration {
+async fn first_webhook_answer(
+    addr: SocketAddr,
+    started: Instant,
+    tls: Arc<rustls::ClientConfig>,
+) -> Duration {
     let stream = loop {
         if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
             break s;
         }
     };
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    let stream = tokio_rustls::TlsConnector::from(tls).connect(name, stream).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, stream)
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let request = hyper::Request::post("/validate-myapp")
         .header("host", "localhost")
@@ -230,4 +315,3 @@ async fn first_webhook_answer(addr: SocketAddr, started: Instant, tls: Arc<rustl
     let _ = sender.send_request(request).await.unwrap();
     started.elapsed()
 }
-
