@@ -361,3 +361,71 @@ async fn the_whole_deploy_directory_installs_admits_rejects_and_reconciles() {
     );
     let _ = served.shutdown().await;
 }
+
+/// (kind, namespace, name) of every document in the files `deploy/kustomization.yaml` lists.
+fn listed_objects() -> std::collections::BTreeSet<(String, String, String)> {
+    let kustomization: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo("deploy/kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for file in kustomization["resources"].as_array().unwrap() {
+        let text = std::fs::read_to_string(repo("deploy").join(file.as_str().unwrap())).unwrap();
+        out.extend(identities(&text));
+    }
+    out
+}
+
+fn identities(text: &str) -> Vec<(String, String, String)> {
+    serde_saphyr::from_multiple::<serde_json::Value>(text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .map(|d| {
+            let field = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                field(&d["kind"]),
+                field(&d["metadata"]["namespace"]),
+                field(&d["metadata"]["name"]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn kubectl_kustomize_renders_every_listed_object_without_a_server() {
+    let Some(kubectl) = Kubectl::new("") else {
+        return;
+    };
+    // `kubectl kustomize` runs kubectl's built-in kustomize: no server is contacted.
+    let rendered = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(kubectl.ok(&["kustomize", path_str(&repo("deploy"))]));
+    let rendered: std::collections::BTreeSet<_> = identities(&rendered).into_iter().collect();
+    let kinds: std::collections::BTreeSet<&str> =
+        rendered.iter().map(|(kind, _, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Certificate",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Issuer",
+            "MutatingWebhookConfiguration",
+            "Namespace",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert_eq!(rendered, listed_objects());
+}
