@@ -153,8 +153,11 @@ async fn serve_webhook(
         }],
         ..AdmissionConfig::default()
     };
+    let mut config = webhook::ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), &cert_dir);
+    // The pod drains for seconds so Endpoints can catch up; nothing here routes by Endpoints.
+    config.drain_delay = Duration::ZERO;
     let server = webhook::serve(
-        webhook::ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), &cert_dir),
+        config,
         myapp_operator::admission::router(admission),
         webhook::Metrics::new(),
         stop.clone().cancelled_owned(),
@@ -428,4 +431,69 @@ fn kubectl_kustomize_renders_every_listed_object_without_a_server() {
         .collect()
     );
     assert_eq!(rendered, listed_objects());
+}
+
+/// The kustomization deploy/README.md writes for installing without cert-manager, with its
+/// shell substitutions done as the README's commands do them.
+fn readme_overlay(overlay_dir: &std::path::Path, ca_bundle: &str) -> String {
+    let readme = std::fs::read_to_string(repo("deploy/README.md")).unwrap();
+    let start = "cat > \"$OVERLAY/kustomization.yaml\" <<EOF\n";
+    let body = &readme[readme.find(start).expect("the overlay heredoc") + start.len()..];
+    let body = &body[..body.find("\nEOF\n").expect("the heredoc's end") + 1];
+    // realpath --relative-to: up from the overlay to the root, then down to deploy/.
+    let ups = overlay_dir.components().count() - 1;
+    let deploy = repo("deploy");
+    let relative = format!(
+        "{}{}",
+        "../".repeat(ups),
+        deploy.strip_prefix("/").unwrap().display()
+    );
+    body.replace("$(realpath --relative-to=\"$OVERLAY\" deploy)", &relative)
+        .replace("$CA_BUNDLE", ca_bundle)
+        .replace("\\$patch", "$patch")
+}
+
+#[test]
+fn the_readme_overlay_without_cert_manager_drops_its_objects_and_sets_the_ca_bundle() {
+    use base64::Engine as _;
+    let Some(kubectl) = Kubectl::new("") else {
+        return;
+    };
+    let bundle = certs::generate(&certs::service_sans(SERVICE.1, SERVICE.0)).unwrap();
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem);
+    let overlay = tempfile::tempdir().unwrap();
+    let overlay_dir = overlay.path().canonicalize().unwrap();
+    std::fs::write(
+        overlay_dir.join("kustomization.yaml"),
+        readme_overlay(&overlay_dir, &ca_bundle),
+    )
+    .unwrap();
+    let rendered = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(kubectl.ok(&["kustomize", path_str(&overlay_dir)]));
+
+    let expected: std::collections::BTreeSet<_> = listed_objects()
+        .into_iter()
+        .filter(|(kind, _, _)| kind != "Issuer" && kind != "Certificate")
+        .collect();
+    let got: std::collections::BTreeSet<_> = identities(&rendered).into_iter().collect();
+    assert_eq!(got, expected);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).unwrap();
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let doc = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(
+            doc["webhooks"][0]["clientConfig"]["caBundle"], ca_bundle,
+            "{kind}"
+        );
+        assert!(
+            doc["metadata"]["annotations"]
+                .get("cert-manager.io/inject-ca-from")
+                .is_none(),
+            "{kind} still asks for cert-manager's injector"
+        );
+    }
 }
