@@ -26,6 +26,8 @@ pub struct RequestRecord {
     pub name: Option<String>,
     /// The `fieldManager` query parameter, if any.
     pub field_manager: Option<String>,
+    /// The `User-Agent` header, if any: tells one client's requests from another's.
+    pub user_agent: Option<String>,
     /// HTTP status code of the answer (200 for a watch that started streaming).
     pub status: u16,
 }

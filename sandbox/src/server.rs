@@ -202,6 +202,11 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         namespace: None,
         name: None,
         field_manager: query.get("fieldManager").cloned(),
+        user_agent: parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
         status: 0,
     };
     let response = match axum::body::to_bytes(body, MAX_BODY).await {

@@ -1,0 +1,499 @@
+//! The whole `deploy/` applied into the sandbox with the real `kubectl apply -k deploy/`, then
+//! the webhook configurations given their CA as cert-manager's CA injector would, the webhook
+//! served locally behind the Service the configurations name, and the operator started as the
+//! Deployment would start it (leader election on, Lease in `myapp-system`). The examples then
+//! go through the API server's admission chain as a user's `kubectl apply` does.
+//!
+//! What the sandbox cannot prove here (cert-manager issuing, the pod running under the
+//! ServiceAccount with RBAC enforced, Pod Security admission) is listed in deploy/README.md.
+
+#[path = "../sandbox/tests/support/kubectl.rs"]
+mod kubectl;
+
+use std::{future::Future, net::SocketAddr, path::PathBuf, time::Duration};
+
+use k8s_openapi::{
+    ByteString,
+    api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client,
+    api::PostParams,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use kube_sandbox::{Sandbox, admission::ServiceRef};
+use myapp_operator::{
+    admission::AdmissionConfig,
+    certs,
+    cli::LeaderArgs,
+    controller,
+    crd::{EnvVar, MyApp, Phase},
+    run::{self, Parts},
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use kubectl::{Kubectl, path_str};
+
+const SERVICE: (&str, &str) = ("myapp-system", "myapp-operator-webhook");
+/// Upper bound for convergence: generous, since CI machines are slow; never a timing assertion.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// A kind reduced to what an apply needs: group, version, names, and a schema that keeps any
+/// field. Used for cert-manager's kinds (the real CRDs come with cert-manager) and for the
+/// built-in kinds the sandbox does not serve (see [`UNSERVED_BUILTINS`]).
+fn stand_in_crd(group: &str, kind: &str, plural: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                // Free-form spec and status. (A root-level preserve-unknown-fields would say
+                // the same, but the sandbox's pruning ignores it at the root.)
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                }},
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+/// Built-in kinds in `deploy/` that the sandbox does not serve: without them kubectl fails
+/// ("the server could not find the requested resource"). Stood in by CRDs so that the apply
+/// goes through; their objects are stored, not enforced (a real cluster's job).
+const UNSERVED_BUILTINS: &[(&str, &str, &str)] = &[
+    ("policy", "PodDisruptionBudget", "poddisruptionbudgets"),
+    ("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
+];
+
+async fn client_for(kubeconfig: &str) -> Client {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "did not happen within {CONVERGE:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// What cert-manager's CA injector does for `cert-manager.io/inject-ca-from`: read the
+/// configuration, set `caBundle` on every webhook, write it back (an update).
+async fn inject_ca(client: &Client, ca_pem: &str) {
+    let bundle = ByteString(ca_pem.as_bytes().to_vec());
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let mut config = mutating.get("myapp-operator").await.unwrap();
+    assert_eq!(
+        config.metadata.annotations.as_ref().unwrap()["cert-manager.io/inject-ca-from"],
+        "myapp-system/myapp-operator-webhook"
+    );
+    for hook in config.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(bundle.clone());
+    }
+    mutating
+        .replace("myapp-operator", &PostParams::default(), &config)
+        .await
+        .unwrap();
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let mut config = validating.get("myapp-operator").await.unwrap();
+    for hook in config.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(bundle.clone());
+    }
+    validating
+        .replace("myapp-operator", &PostParams::default(), &config)
+        .await
+        .unwrap();
+}
+
+/// The webhook as the pod serves it, with a certificate for the Service's DNS names.
+async fn serve_webhook(
+    dir: &std::path::Path,
+    stop: &CancellationToken,
+) -> (webhook::ServerHandle, String) {
+    let bundle = certs::generate(&certs::service_sans(SERVICE.1, SERVICE.0)).unwrap();
+    let cert_dir = dir.join("certs");
+    bundle.write_to(&cert_dir).unwrap();
+    let admission = AdmissionConfig {
+        default_env: vec![EnvVar {
+            name: "TEAM".into(),
+            value: "shop".into(),
+        }],
+        ..AdmissionConfig::default()
+    };
+    let mut config = webhook::ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), &cert_dir);
+    // The pod drains for seconds so Endpoints can catch up; nothing here routes by Endpoints.
+    config.drain_delay = Duration::ZERO;
+    let server = webhook::serve(
+        config,
+        myapp_operator::admission::router(admission),
+        webhook::Metrics::new(),
+        stop.clone().cancelled_owned(),
+    )
+    .await
+    .expect("webhook serves");
+    (server, bundle.ca_pem)
+}
+
+/// Each invalid example, and what `kubectl apply` must print for it: the field and the
+/// reason, from the CRD schema or (for what only it checks) the validating webhook.
+const INVALID: &[(&str, &[&str])] = &[
+    (
+        "invalid-replicas-negative.yaml",
+        &["spec.replicas: Invalid value: -1"],
+    ),
+    ("invalid-port-zero.yaml", &["spec.port: Invalid value: 0"]),
+    (
+        "invalid-port-too-large.yaml",
+        &["spec.port: Invalid value: 70000"],
+    ),
+    (
+        "invalid-image-empty.yaml",
+        &["spec.image: Invalid value: \"\""],
+    ),
+    (
+        "invalid-image-not-a-reference.yaml",
+        &["spec.image must be an image reference"],
+    ),
+    (
+        "invalid-image-digest-wrong-length.yaml",
+        &[
+            // The webhook's 422 Status passes through: kubectl prints it as the API's own.
+            "The MyApp \"web\" is invalid: spec.image",
+            "sha256 needs 64 and sha512 128 lower-case hex digits",
+        ],
+    ),
+    (
+        "invalid-env-duplicate-name.yaml",
+        &["spec.env[1]: Duplicate value"],
+    ),
+    (
+        "invalid-env-bad-name.yaml",
+        &["spec.env[0].name: Invalid value"],
+    ),
+    (
+        "invalid-name-not-dns-label.yaml",
+        &["metadata.name must be a DNS-1035 label"],
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_deploy_directory_installs_admits_rejects_and_reconciles() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sandbox = Sandbox::builder()
+        .deployment_controller(true)
+        .rollout_delay(Duration::from_millis(50))
+        .build();
+    let served = sandbox
+        .serve(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let Some(kubectl) = Kubectl::new(&served.kubeconfig()) else {
+        return;
+    };
+    let client = client_for(&served.kubeconfig()).await;
+
+    // cert-manager is installed first; its CRDs are all that applying certificates.yaml needs.
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let stand_ins = [
+        ("cert-manager.io", "Issuer", "issuers"),
+        ("cert-manager.io", "Certificate", "certificates"),
+    ];
+    for (group, kind, plural) in stand_ins.iter().chain(UNSERVED_BUILTINS) {
+        let crd = stand_in_crd(group, kind, plural);
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+
+    let applied = kubectl
+        .ok(&["apply", "-k", path_str(&repo("deploy"))])
+        .await;
+    for (kind, name) in [
+        ("namespace", "myapp-system"),
+        (
+            "customresourcedefinition.apiextensions.k8s.io",
+            "myapps.example.com",
+        ),
+        ("serviceaccount", "myapp-operator"),
+        ("clusterrole.rbac.authorization.k8s.io", "myapp-operator"),
+        (
+            "role.rbac.authorization.k8s.io",
+            "myapp-operator-leader-election",
+        ),
+        ("issuer.cert-manager.io", "myapp-operator-ca"),
+        ("certificate.cert-manager.io", "myapp-operator-webhook"),
+        ("deployment.apps", "myapp-operator"),
+        ("poddisruptionbudget.policy", "myapp-operator"),
+        ("service", "myapp-operator-webhook"),
+        ("service", "myapp-operator-metrics"),
+        (
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io",
+            "myapp-operator",
+        ),
+        (
+            "validatingwebhookconfiguration.admissionregistration.k8s.io",
+            "myapp-operator",
+        ),
+        ("networkpolicy.networking.k8s.io", "myapp-operator"),
+    ] {
+        assert!(
+            applied.contains(&format!("{kind}/{name} created")),
+            "kubectl apply -k did not create {kind}/{name}:\n{applied}"
+        );
+    }
+
+    // What the cluster does next: cert-manager fills the CA in, the pod serves the webhook
+    // behind its Service.
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let (webhook, ca_pem) = serve_webhook(dir.path(), &stop).await;
+    inject_ca(&client, &ca_pem).await;
+    sandbox.admission().register_service(
+        ServiceRef::new(SERVICE.0, SERVICE.1, 443),
+        webhook.local_addr(),
+    );
+
+    // The operator as the Deployment runs it: leader election on, Lease in its namespace.
+    let controller = tokio::spawn(run::reconcile_while_leading(
+        client.clone(),
+        controller::Config {
+            backoff_base: Duration::from_millis(50),
+            backoff_cap: Duration::from_secs(2),
+            ..controller::Config::default()
+        },
+        LeaderArgs {
+            leader_elect: true,
+            lease_name: "myapp-operator".into(),
+            lease_namespace: "myapp-system".into(),
+            identity: Some("install-test".into()),
+        },
+        "install-test".into(),
+        Parts::new(),
+        stop.clone(),
+    ));
+
+    for (file, expected) in INVALID {
+        let example = repo("deploy/examples").join(file);
+        let out = kubectl.run(&["apply", "-f", path_str(&example)]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{file} was admitted");
+        for text in *expected {
+            assert!(stderr.contains(text), "{file}: {text:?} not in: {stderr}");
+        }
+    }
+
+    for file in ["myapp.yaml", "myapp-autoscaled.yaml"] {
+        let example = repo("deploy/examples").join(file);
+        kubectl.ok(&["apply", "-f", path_str(&example)]).await;
+    }
+    let apps = Api::<MyApp>::namespaced(client.clone(), "default");
+    for name in ["web", "api"] {
+        let app = eventually(&format!("{name} is Running"), || async {
+            let app = apps.get(name).await.ok()?;
+            let status = app.status.as_ref()?;
+            (status.phase == Some(Phase::Running)
+                && status.observed_generation == app.metadata.generation)
+                .then_some(app)
+        })
+        .await;
+        assert!(
+            app.spec
+                .env
+                .iter()
+                .any(|e| e.name == "TEAM" && e.value == "shop"),
+            "{name} was not defaulted by the mutating webhook: {:?}",
+            app.spec.env
+        );
+    }
+    let listed = kubectl.ok(&["get", "myapps"]).await;
+    assert!(listed.contains("web") && listed.contains("api"), "{listed}");
+
+    // With the webhook down (failurePolicy Fail), a label-only update still goes through
+    // (the matchConditions leave it out of the chain) while a spec change is refused.
+    stop.cancel();
+    controller.await.expect("controller task");
+    let _ = webhook.wait().await;
+    kubectl
+        .ok(&["label", "myapp", "web", "tier=frontend"])
+        .await;
+    let out = kubectl
+        .run(&[
+            "patch",
+            "myapp",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":4}}"#,
+        ])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failed calling webhook"),
+        "a spec change was admitted without the webhook: {stderr}"
+    );
+    let _ = served.shutdown().await;
+}
+
+/// (kind, namespace, name) of every document in the files `deploy/kustomization.yaml` lists.
+fn listed_objects() -> std::collections::BTreeSet<(String, String, String)> {
+    let kustomization: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo("deploy/kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for file in kustomization["resources"].as_array().unwrap() {
+        let text = std::fs::read_to_string(repo("deploy").join(file.as_str().unwrap())).unwrap();
+        out.extend(identities(&text));
+    }
+    out
+}
+
+fn identities(text: &str) -> Vec<(String, String, String)> {
+    serde_saphyr::from_multiple::<serde_json::Value>(text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .map(|d| {
+            let field = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                field(&d["kind"]),
+                field(&d["metadata"]["namespace"]),
+                field(&d["metadata"]["name"]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn kubectl_kustomize_renders_every_listed_object_without_a_server() {
+    let Some(kubectl) = Kubectl::new("") else {
+        return;
+    };
+    // `kubectl kustomize` runs kubectl's built-in kustomize: no server is contacted.
+    let rendered = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(kubectl.ok(&["kustomize", path_str(&repo("deploy"))]));
+    let rendered: std::collections::BTreeSet<_> = identities(&rendered).into_iter().collect();
+    let kinds: std::collections::BTreeSet<&str> =
+        rendered.iter().map(|(kind, _, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Certificate",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Issuer",
+            "MutatingWebhookConfiguration",
+            "Namespace",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert_eq!(rendered, listed_objects());
+}
+
+/// The kustomization deploy/README.md writes for installing without cert-manager, with its
+/// shell substitutions done as the README's commands do them.
+fn readme_overlay(overlay_dir: &std::path::Path, ca_bundle: &str) -> String {
+    let readme = std::fs::read_to_string(repo("deploy/README.md")).unwrap();
+    let start = "cat > \"$OVERLAY/kustomization.yaml\" <<EOF\n";
+    let body = &readme[readme.find(start).expect("the overlay heredoc") + start.len()..];
+    let body = &body[..body.find("\nEOF\n").expect("the heredoc's end") + 1];
+    // realpath --relative-to: up from the overlay to the root, then down to deploy/.
+    let ups = overlay_dir.components().count() - 1;
+    let deploy = repo("deploy");
+    let relative = format!(
+        "{}{}",
+        "../".repeat(ups),
+        deploy.strip_prefix("/").unwrap().display()
+    );
+    body.replace("$(realpath --relative-to=\"$OVERLAY\" deploy)", &relative)
+        .replace("$CA_BUNDLE", ca_bundle)
+        .replace("\\$patch", "$patch")
+}
+
+#[test]
+fn the_readme_overlay_without_cert_manager_drops_its_objects_and_sets_the_ca_bundle() {
+    use base64::Engine as _;
+    let Some(kubectl) = Kubectl::new("") else {
+        return;
+    };
+    let bundle = certs::generate(&certs::service_sans(SERVICE.1, SERVICE.0)).unwrap();
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem);
+    let overlay = tempfile::tempdir().unwrap();
+    let overlay_dir = overlay.path().canonicalize().unwrap();
+    std::fs::write(
+        overlay_dir.join("kustomization.yaml"),
+        readme_overlay(&overlay_dir, &ca_bundle),
+    )
+    .unwrap();
+    let rendered = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(kubectl.ok(&["kustomize", path_str(&overlay_dir)]));
+
+    let expected: std::collections::BTreeSet<_> = listed_objects()
+        .into_iter()
+        .filter(|(kind, _, _)| kind != "Issuer" && kind != "Certificate")
+        .collect();
+    let got: std::collections::BTreeSet<_> = identities(&rendered).into_iter().collect();
+    assert_eq!(got, expected);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).unwrap();
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let doc = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(
+            doc["webhooks"][0]["clientConfig"]["caBundle"], ca_bundle,
+            "{kind}"
+        );
+        assert!(
+            doc["metadata"]["annotations"]
+                .get("cert-manager.io/inject-ca-from")
+                .is_none(),
+            "{kind} still asks for cert-manager's injector"
+        );
+    }
+}
