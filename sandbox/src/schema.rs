@@ -159,8 +159,14 @@ impl CrdSchema {
                     prune_value(child, value, key, &mut dropped);
                 }
             }
+            let preserve = self
+                .schema
+                .get("x-kubernetes-preserve-unknown-fields")
+                .and_then(Value::as_bool)
+                == Some(true);
             map.retain(|key, _| {
-                let keep = matches!(key.as_str(), "apiVersion" | "kind" | "metadata")
+                let keep = preserve
+                    || matches!(key.as_str(), "apiVersion" | "kind" | "metadata")
                     || self
                         .schema
                         .get("properties")
@@ -799,6 +805,16 @@ mod tests {
             json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a", "labels": {"x": "y"}},
                    "spec": {"size": 1, "free": {"any": {"thing": 1}}, "items": [{"k": "a"}], "opt": null}})
         );
+    }
+
+    #[test]
+    fn a_root_that_preserves_unknown_fields_keeps_them() {
+        let schema = CrdSchema::from_value(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                                                  "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}}}))
+            .unwrap();
+        let mut obj = json!({"apiVersion": "x/v1", "kind": "X", "spec": {"a": "x", "b": 1}, "status": {"free": true}});
+        assert_eq!(schema.prune(&mut obj), ["spec.b"]);
+        assert_eq!(obj["status"], json!({"free": true}));
     }
 
     #[test]
