@@ -203,8 +203,11 @@ async fn bench(apps: usize, concurrency: usize) {
         })
         .await;
     let created = create_start.elapsed();
+    // Each check lists every object; poll less often for big runs so the poller does not
+    // starve the operator of the two cores.
+    let poll = Duration::from_millis((apps as u64 / 10).max(50));
     while !converged(&client, "load", apps).await {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(poll).await;
     }
     let converged_after = create_start.elapsed();
     let writes = operator_writes(&sandbox);
