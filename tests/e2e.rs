@@ -1,7 +1,12 @@
 //! The operator end to end on the sandbox: the real kube `Controller`, the real HTTPS webhook,
 //! and the sandbox's admission chain calling it — the same `Environment` `dev` runs.
 
-use std::{future::Future, time::Duration};
+#[path = "support/converge.rs"]
+mod converge;
+
+use converge::{converged, eventually};
+
+use std::time::Duration;
 
 use k8s_openapi::api::{apps::v1::Deployment, coordination::v1::Lease, core::v1::Service};
 use kube::{
@@ -22,8 +27,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
-/// Upper bound for convergence: generous, since CI machines are slow; never a timing assertion.
-const CONVERGE: Duration = Duration::from_secs(30);
 
 struct Operator {
     stop: CancellationToken,
@@ -110,25 +113,6 @@ fn app(name: &str, replicas: Option<i32>) -> MyApp {
     )
 }
 
-/// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "did not happen within {CONVERGE:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 fn container_env(d: &Deployment) -> Vec<(String, String)> {
     d.spec
         .as_ref()
@@ -157,19 +141,6 @@ fn image(d: &Deployment) -> String {
         .image
         .clone()
         .unwrap_or_default()
-}
-
-async fn converged(apps: &Api<MyApp>, name: &str, phase: Phase) -> MyApp {
-    eventually(
-        &format!("{name} reports {phase:?} for its current generation"),
-        || async {
-            let app = apps.get(name).await.ok()?;
-            let status = app.status.as_ref()?;
-            (status.phase == Some(phase) && status.observed_generation == app.metadata.generation)
-                .then_some(app)
-        },
-    )
-    .await
 }
 
 fn writes(env: &Environment) -> Vec<kube_sandbox::RequestRecord> {

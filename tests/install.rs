@@ -7,10 +7,15 @@
 //! What the sandbox cannot prove here (cert-manager issuing, the pod running under the
 //! ServiceAccount with RBAC enforced, Pod Security admission) is listed in deploy/README.md.
 
+#[path = "support/converge.rs"]
+mod converge;
+
+use converge::eventually;
+
 #[path = "../sandbox/tests/support/kubectl.rs"]
 mod kubectl;
 
-use std::{future::Future, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use k8s_openapi::{
     ByteString,
@@ -39,8 +44,6 @@ use tokio_util::sync::CancellationToken;
 use kubectl::{Kubectl, path_str};
 
 const SERVICE: (&str, &str) = ("myapp-system", "myapp-operator-webhook");
-/// Upper bound for convergence: generous, since CI machines are slow; never a timing assertion.
-const CONVERGE: Duration = Duration::from_secs(30);
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -89,25 +92,6 @@ async fn client_for(kubeconfig: &str) -> Client {
         .await
         .unwrap();
     Client::try_from(config).unwrap()
-}
-
-/// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "did not happen within {CONVERGE:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// What cert-manager's CA injector does for `cert-manager.io/inject-ca-from`: read the

@@ -8,7 +8,12 @@
 //! kube's default, empty user agent). Driving the test through kubectl instead would also work
 //! but would tie this test to kubectl being installed; the header needs nothing.
 
-use std::{collections::BTreeSet, future::Future, path::Path, time::Duration};
+#[path = "support/converge.rs"]
+mod converge;
+
+use converge::{converged, eventually};
+
+use std::{collections::BTreeSet, path::Path, time::Duration};
 
 use hyper::header::{HeaderValue, USER_AGENT};
 use k8s_openapi::api::{
@@ -34,8 +39,6 @@ use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
 const OPERATOR_AGENT: &str = "myapp-operator/rbac-test";
-/// Upper bound for convergence: generous, since CI machines are slow; never a timing assertion.
-const CONVERGE: Duration = Duration::from_secs(30);
 
 /// (apiGroup, resource or resource/subresource, verb), as RBAC spells a permission.
 type Permission = (String, String, String);
@@ -131,38 +134,6 @@ async fn operator_client(env: &Environment) -> Client {
         .headers
         .push((USER_AGENT, HeaderValue::from_static(OPERATOR_AGENT)));
     Client::try_from(config).unwrap()
-}
-
-/// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "did not happen within {CONVERGE:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-async fn converged(apps: &Api<MyApp>, name: &str, phase: Phase) -> MyApp {
-    eventually(
-        &format!("{name} reports {phase:?} for its current generation"),
-        || async {
-            let app = apps.get(name).await.ok()?;
-            let status = app.status.as_ref()?;
-            (status.phase == Some(phase) && status.observed_generation == app.metadata.generation)
-                .then_some(app)
-        },
-    )
-    .await
 }
 
 async fn set_spec(apps: &Api<MyApp>, name: &str, spec: Value) {
