@@ -408,37 +408,16 @@ async fn the_operator_converges_through_dropped_watches_expired_versions_and_fai
     let apps = Api::<MyApp>::namespaced(env.client().await.unwrap(), NS);
     let faults = env.sandbox.faults();
 
+    // The create and the operator's first writes draw the faults.
     faults.fail_next_writes(3, WriteFault::Conflict);
-    apps.create(&PostParams::default(), &app("one", Some(1)))
-        .await
-        .ok();
-    // The create itself may have drawn a fault: make sure the MyApp exists.
-    eventually("the MyApp exists", || async {
-        if apps.get_opt("one").await.ok()?.is_some() {
-            return Some(());
-        }
-        apps.create(&PostParams::default(), &app("one", Some(1)))
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
+    create_through_faults(&apps, "one").await;
     converged(&apps, "one", Phase::Running).await;
 
     faults.close_watches();
     faults.expire_next_watch();
     faults.fail_next_writes(2, WriteFault::Internal);
     faults.fail_next_writes(1, WriteFault::TooManyRequests { retry_after: 1 });
-    eventually("the second MyApp is created", || async {
-        if apps.get_opt("two").await.ok()?.is_some() {
-            return Some(());
-        }
-        apps.create(&PostParams::default(), &app("two", Some(1)))
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
+    create_through_faults(&apps, "two").await;
     faults.set_delay(Duration::from_millis(100));
     converged(&apps, "two", Phase::Running).await;
     faults.set_delay(Duration::ZERO);
@@ -524,6 +503,20 @@ async fn only_the_lease_holder_writes_and_the_other_takes_over_when_it_stops() {
     );
     second.stop().await;
     env.shutdown().await;
+}
+
+/// Creates a MyApp while injected faults may refuse the create: retries until it exists.
+async fn create_through_faults(apps: &Api<MyApp>, name: &str) {
+    eventually(&format!("MyApp {name} exists"), || async {
+        if apps.get_opt(name).await.ok()?.is_some() {
+            return Some(());
+        }
+        apps.create(&PostParams::default(), &app(name, Some(1)))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
 }
 
 fn deployment_writes() -> myapp_operator::metrics::WriteLabels {

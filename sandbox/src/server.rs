@@ -446,15 +446,7 @@ async fn resource(
             Ok(ctx.respond(code, &updated))
         }
         (Method::PATCH, true) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string();
+            let content_type = media_type(headers);
             let (code, patched) = patch_object(&mut ctx, &content_type, &body).await?;
             Ok(ctx.respond(code, &patched))
         }
@@ -1279,15 +1271,7 @@ async fn scale_request(
         Method::GET => None,
         Method::PUT => Some((None, parse_body(body)?)),
         Method::PATCH => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string();
+            let content_type = media_type(headers);
             let kind = match content_type.as_str() {
                 "application/json-patch+json" => PatchKind::Json,
                 "application/merge-patch+json" | "application/apply-patch+yaml" => PatchKind::Merge,
@@ -1669,6 +1653,15 @@ async fn delete_collection(ctx: &mut Ctx) -> Result<Response, ApiError> {
         "items": items,
     });
     Ok(json_response(StatusCode::OK, &list, &ctx.warnings))
+}
+
+/// The request's media type: the Content-Type without parameters (`; charset=...`).
+fn media_type(headers: &HeaderMap) -> String {
+    let value = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    value.split(';').next().unwrap_or("").trim().to_string()
 }
 
 #[cfg(test)]
