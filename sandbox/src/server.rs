@@ -923,6 +923,24 @@ fn after_commit(ctx: &Ctx, stored: &Value) {
     if ctx.rt.group == "apps" && ctx.rt.plural == "deployments" {
         rollout::deployment_written(&ctx.inner, stored);
     }
+    let owned = stored
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| !refs.is_empty());
+    if owned {
+        // The garbage collector, like the real one, runs after the write: an object written
+        // with owners that are all gone (created while its owner was being deleted) goes.
+        let (inner, res) = (ctx.inner.clone(), ctx.rt.storage());
+        let ns = meta_str(stored, "namespace").unwrap_or("").to_string();
+        let name = meta_str(stored, "name").unwrap_or("").to_string();
+        let uid = meta_str(stored, "uid").unwrap_or("").to_string();
+        tokio::spawn(async move {
+            inner
+                .store
+                .lock()
+                .collect_if_orphaned(&res, &ns, &name, &uid);
+        });
+    }
 }
 
 async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {

@@ -401,6 +401,44 @@ impl State {
         }
     }
 
+    /// The garbage collector's check of a written dependent: if the object (still that `uid`)
+    /// names owners and none of them exists any more, it is deleted.
+    pub fn collect_if_orphaned(&mut self, res: &Resource, ns: &str, name: &str, uid: &str) {
+        let Some(obj) = self.get(res, ns, name) else {
+            return;
+        };
+        if meta_str(obj, "uid") != Some(uid) {
+            return;
+        }
+        let refs = obj
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if !refs.is_empty() && !refs.iter().any(|r| self.owner_exists(r, ns)) {
+            self.delete(res, ns, name, false);
+        }
+    }
+
+    /// Whether the object an owner reference names exists with that uid. An owner whose kind
+    /// is not served counts as existing: the real collector leaves such dependents alone too.
+    fn owner_exists(&self, owner: &Value, ns: &str) -> bool {
+        let api_version = owner["apiVersion"].as_str().unwrap_or("");
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let kind = owner["kind"].as_str().unwrap_or("");
+        let Some(rt) = self
+            .registry
+            .all()
+            .find(|t| t.group == group && t.kind == kind)
+        else {
+            return true;
+        };
+        let owner_ns = if rt.namespaced { ns } else { "" };
+        let name = owner["name"].as_str().unwrap_or("");
+        self.get(&rt.storage(), owner_ns, name)
+            .is_some_and(|o| o.pointer("/metadata/uid") == owner.get("uid"))
+    }
+
     /// The garbage collector: objects owned by `uid` lose that owner reference; those left with
     /// no owner are deleted (unless orphaning, which only drops the reference).
     fn collect_dependents(&mut self, uid: &str, orphan: bool) {

@@ -620,6 +620,82 @@ async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependent
 }
 
 #[tokio::test]
+async fn a_dependent_written_after_its_owner_is_gone_is_collected() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = cms.create(&PostParams::default(), &owner).await.unwrap();
+    let reference =
+        |name: &str, uid: String| k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: name.into(),
+            uid,
+            ..Default::default()
+        };
+    let dependent = |name: &str, owners| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            owner_references: Some(owners),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    cms.delete("owner", &DeleteParams::default()).await.unwrap();
+    // A controller working from a stale cache recreates its child after the owner went.
+    cms.create(
+        &PostParams::default(),
+        &dependent("late", vec![reference("owner", owner.uid().unwrap())]),
+    )
+    .await
+    .unwrap();
+    // A same-named owner with another uid is not the owner.
+    cms.create(
+        &PostParams::default(),
+        &ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("owner".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &dependent(
+            "renamed-owner",
+            vec![reference("owner", "another-uid".into())],
+        ),
+    )
+    .await
+    .unwrap();
+    // One live owner is enough to stay.
+    let live = cms.get("owner").await.unwrap().uid().unwrap();
+    cms.create(
+        &PostParams::default(),
+        &dependent(
+            "kept",
+            vec![
+                reference("owner", owner.uid().unwrap()),
+                reference("owner", live),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    eventually("dependents of gone owners are collected", || async {
+        (cms.get_opt("late").await.unwrap().is_none()
+            && cms.get_opt("renamed-owner").await.unwrap().is_none())
+        .then_some(())
+    })
+    .await;
+    assert!(cms.get_opt("kept").await.unwrap().is_some());
+}
+
+#[tokio::test]
 async fn delete_answers_the_object_while_finalizers_remain_and_a_status_once_gone() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
