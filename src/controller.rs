@@ -2,6 +2,7 @@
 //! differs, report status, back off on errors.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -29,13 +30,20 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
-    crd::{MyApp, Phase},
+    crd::{MyApp, MyAppStatus, Phase},
     metrics::{Metrics, ResultLabels},
+    recent::RecentWrites,
     resources::{self, FIELD_MANAGER, Rollout},
 };
 
 /// The field manager that keeps `spec.replicas` of a Deployment when a MyApp stops setting it.
 pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";
+
+/// How long after applying a Deployment the status waits for the Deployment controller to
+/// observe it before reporting `Pending`. The controller usually answers within milliseconds,
+/// and its answer triggers the next reconcile; a `Pending` written in between would be
+/// overwritten at once, so waiting saves one status write per change.
+pub const PENDING_GRACE: Duration = Duration::from_secs(3);
 
 /// Tunables of the controller, set from the CLI.
 #[derive(Clone, Debug)]
@@ -80,7 +88,22 @@ pub struct Context {
     config: Config,
     /// Consecutive failures per object; cleared by a success (kube-runtime keeps no such state).
     failures: Mutex<HashMap<ObjectRef<MyApp>, u32>>,
+    /// Our child applies the caches have not seen yet, by the applied-digest annotation.
+    applied: RecentWrites<(ObjectRef<MyApp>, Child), String>,
+    /// Our status writes the MyApp cache has not seen yet.
+    reported: RecentWrites<ObjectRef<MyApp>, MyAppStatus>,
 }
+
+/// A child of a MyApp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Child {
+    Deployment,
+    Service,
+}
+
+/// How long our writes are remembered for read-your-writes: far longer than a watch event
+/// takes to arrive, and longer than [`PENDING_GRACE`].
+const RECENT_WRITES_TTL: Duration = Duration::from_secs(30);
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
 ///
@@ -135,6 +158,8 @@ pub async fn run(
         metrics,
         config: config.clone(),
         failures: Mutex::default(),
+        applied: RecentWrites::new(RECENT_WRITES_TTL),
+        reported: RecentWrites::new(RECENT_WRITES_TTL),
     });
 
     let apps_cache = apps.clone();
@@ -190,15 +215,28 @@ pub async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Err
         result: if result.is_ok() { "success" } else { "error" },
     };
     ctx.metrics.reconciles.get_or_create(&label).inc();
-    let writes = result?;
-    if writes == 0 {
+    let outcome = result?;
+    if outcome.writes == 0 {
         ctx.metrics.reconcile_noops.inc();
     }
     ctx.failures
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&ObjectRef::from_obj(app.as_ref()));
-    Ok(Action::requeue(jitter(ctx.config.resync, 0.1)))
+    Ok(Action::requeue(
+        outcome
+            .recheck
+            .unwrap_or_else(|| jitter(ctx.config.resync, 0.1)),
+    ))
+}
+
+/// What one reconcile did.
+#[derive(Debug, Default)]
+struct Outcome {
+    /// Writes made.
+    writes: u32,
+    /// Look again this soon (instead of the resync period).
+    recheck: Option<Duration>,
 }
 
 /// Retries a failed object with exponential backoff and jitter, capped; other objects go on.
@@ -242,15 +280,15 @@ fn jitter(d: Duration, spread: f64) -> Duration {
     d.mul_f64(1.0 + spread * (2.0 * fastrand::f64() - 1.0))
 }
 
-/// One pass; returns the number of writes made.
-async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
+/// One pass.
+async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let name = app.name_any();
     let namespace = app
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
     if app.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the children; there is nothing to converge towards.
-        return Ok(0);
+        return Ok(Outcome::default());
     }
     ctx.deployments
         .wait_until_ready()
@@ -261,6 +299,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
         .await
         .map_err(|_| Error::CacheGone)?;
 
+    let key = ObjectRef::from_obj(app);
     let observed_deployment = ctx
         .deployments
         .get(&ObjectRef::new(&name).within(&namespace));
@@ -269,10 +308,13 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
     let mut writes = 0;
 
     let desired = resources::deployment(app);
-    let deployment_stale = observed_deployment
-        .as_deref()
-        .is_none_or(|o| !resources::is_applied(&desired, o));
-    if deployment_stale {
+    let deployment = ctx.child_state(
+        &key,
+        Child::Deployment,
+        &desired,
+        observed_deployment.as_deref(),
+    );
+    if deployment == ChildState::Stale {
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
         if let Some(replicas) = replicas_to_hand_over(app, observed_deployment.as_deref()) {
             let keep = json!({
@@ -290,50 +332,148 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<u32, Error> {
             ctx.metrics.wrote("replicas_handoff");
             writes += 1;
         }
-        api.patch(&name, &apply, &Patch::Apply(&desired))
+        let written = api
+            .patch(&name, &apply, &Patch::Apply(&desired))
             .await
             .map_err(Error::ApplyDeployment)?;
         ctx.metrics.wrote("deployment");
         writes += 1;
         info!(%name, %namespace, "Applied Deployment");
+        ctx.applied.record(
+            (key.clone(), Child::Deployment),
+            observed_deployment
+                .as_ref()
+                .and_then(|d| d.resource_version()),
+            written.resource_version().as_deref(),
+            digest(&desired),
+        );
     }
 
     let desired = resources::service(app);
-    if observed_service
-        .as_deref()
-        .is_none_or(|o| !resources::is_applied(&desired, o))
-    {
-        Api::<Service>::namespaced(ctx.client.clone(), &namespace)
+    let service = ctx.child_state(&key, Child::Service, &desired, observed_service.as_deref());
+    if service == ChildState::Stale {
+        let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
             .patch(&name, &apply, &Patch::Apply(&desired))
             .await
             .map_err(Error::ApplyService)?;
         ctx.metrics.wrote("service");
         writes += 1;
         info!(%name, %namespace, "Applied Service");
+        ctx.applied.record(
+            (key.clone(), Child::Service),
+            observed_service.as_ref().and_then(|s| s.resource_version()),
+            written.resource_version().as_deref(),
+            digest(&desired),
+        );
     }
 
-    if deployment_stale {
-        // The Deployment just changed: what the cache holds describes the old one. The watch
-        // event of this very write triggers the next reconcile, which reports on the new one,
-        // so a status written now would be overwritten at once (one write saved per change).
-        return Ok(writes);
+    if deployment != ChildState::Current {
+        // The cache holds the Deployment as it was before our apply. The watch event of the
+        // apply triggers the next reconcile, which reports on the new one, so a status
+        // written now would be overwritten at once (one write saved per change).
+        return Ok(Outcome {
+            writes,
+            recheck: Some(PENDING_GRACE),
+        });
     }
     let rollout = observed_deployment.as_deref().map(Rollout::from_deployment);
-    let status = resources::status(app, rollout.as_ref(), Timestamp::now());
-    if app.status.as_ref() != Some(&status) {
+    let observed = rollout.as_ref().is_some_and(Rollout::is_current);
+    if let Some(wait) = ctx.pending_grace_left(&key, observed) {
+        // Its controller has not answered our apply yet; its answer triggers a reconcile.
+        return Ok(Outcome {
+            writes,
+            recheck: Some(wait),
+        });
+    }
+
+    // Compare with our last status write if the cache has not seen it yet.
+    let mut reported = Cow::Borrowed(app);
+    if let Some(status) = ctx
+        .reported
+        .unseen(&key, app.meta().resource_version.as_deref())
+    {
+        reported.to_mut().status = Some(status);
+    }
+    let status = resources::status(&reported, rollout.as_ref(), Timestamp::now());
+    if reported.status.as_ref() != Some(&status) {
         let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
-        Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
+        let written = Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
             .patch_status(&name, &apply, &Patch::Apply(&patch))
             .await
             .map_err(Error::PatchStatus)?;
         ctx.metrics.wrote("status");
         writes += 1;
-        let before = app.status.as_ref().and_then(|s| s.phase);
-        if before != status.phase {
-            publish_phase_change(ctx, app, before, status.phase).await;
+        let before = reported.status.as_ref().and_then(|s| s.phase);
+        let after = status.phase;
+        ctx.reported.record(
+            key,
+            app.resource_version(),
+            written.resource_version().as_deref(),
+            status,
+        );
+        if before != after {
+            publish_phase_change(ctx, app, before, after).await;
         }
     }
-    Ok(writes)
+    Ok(Outcome {
+        writes,
+        recheck: None,
+    })
+}
+
+/// What the cache says about a child, against what we would apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChildState {
+    /// The cache holds it as we would apply it.
+    Current,
+    /// We applied it as desired; the cache has not seen that apply yet.
+    Unseen,
+    /// Missing or different: apply.
+    Stale,
+}
+
+/// The applied-digest annotation of a desired child.
+fn digest<K: Resource>(desired: &K) -> String {
+    desired
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(resources::APPLIED_DIGEST_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+impl Context {
+    fn child_state<K: Resource + serde::Serialize>(
+        &self,
+        key: &ObjectRef<MyApp>,
+        child: Child,
+        desired: &K,
+        observed: Option<&K>,
+    ) -> ChildState {
+        // Asked first, always: it also notes when the cache has caught up with our write.
+        let cached = observed.and_then(|o| o.meta().resource_version.as_deref());
+        let unseen = self.applied.unseen(&(key.clone(), child), cached);
+        if observed.is_some_and(|o| resources::is_applied(desired, o)) {
+            ChildState::Current
+        } else if unseen.is_some_and(|written| written == digest(desired)) {
+            ChildState::Unseen
+        } else {
+            ChildState::Stale
+        }
+    }
+
+    /// How much longer to wait before reporting a Deployment its controller has not observed
+    /// yet; `None` once it has, or once the grace period after our last apply is over.
+    fn pending_grace_left(&self, key: &ObjectRef<MyApp>, observed: bool) -> Option<Duration> {
+        if observed {
+            return None;
+        }
+        let age = self.applied.age(&(key.clone(), Child::Deployment))?;
+        PENDING_GRACE
+            .checked_sub(age)
+            .filter(|left| !left.is_zero())
+    }
 }
 
 /// When a MyApp stops setting `spec.replicas`, the Deployment must keep its current count: a

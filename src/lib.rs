@@ -11,6 +11,7 @@ pub mod dev;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod recent;
 pub mod resources;
 pub mod run;
 pub mod telemetry;

@@ -246,7 +246,8 @@ impl Rollout {
         }
     }
 
-    fn is_current(&self) -> bool {
+    /// The Deployment controller has observed the current generation.
+    pub fn is_current(&self) -> bool {
         self.generation.is_some() && self.observed_generation >= self.generation
     }
 

@@ -207,7 +207,7 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
             .any(|o| o.block_owner_deletion == Some(true));
     }
 
-    // Change: a new rollout, and the same "Running" Event again, which the recorder patches.
+    // Change: a new rollout.
     set_spec(&apps, "web", json!({"image": "ghcr.io/example/web:1.4.3"})).await;
     converged(&apps, "web", Phase::Running).await;
 
@@ -229,6 +229,11 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
     env.sandbox.rollouts().set_failing(true);
     set_spec(&apps, "web", json!({"image": "ghcr.io/example/web:2.0.0"})).await;
     converged(&apps, "web", Phase::Degraded).await;
+
+    // Recovery: the same "Running" Event again, which the recorder patches.
+    env.sandbox.rollouts().set_failing(false);
+    set_spec(&apps, "web", json!({"image": "ghcr.io/example/web:2.0.1"})).await;
+    converged(&apps, "web", Phase::Running).await;
 
     // Delete: the garbage collector takes the children; the operator only watches.
     apps.delete("web", &DeleteParams::default()).await.unwrap();
