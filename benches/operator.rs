@@ -4,7 +4,8 @@
 //! a webhook answer after process start, idle RSS, create and convergence times for APPS
 //! MyApps, the operator's writes per MyApp, RSS with everything cached, writes during a forced
 //! resync, and the rate of a no-op loader issuing the same writes through the same sandbox.
-//! Numbers are printed, never asserted.
+//! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
+//! profiler (`heaptrack -o /tmp/operator`).
 
 use std::{
     io::{BufRead, BufReader},
@@ -149,7 +150,13 @@ async fn bench(apps: usize, concurrency: usize) {
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
 
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+    // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`
+    // (the RSS figures then measure the wrapper, not the operator).
+    let wrapper = std::env::var("MYAPP_BENCH_WRAPPER").unwrap_or_default();
+    let mut command: Vec<&str> = wrapper.split_whitespace().collect();
+    command.push(env!("CARGO_BIN_EXE_myapp-operator"));
+    let mut child = Command::new(command[0])
+        .args(&command[1..])
         .args([
             "run",
             "--webhook-addr",

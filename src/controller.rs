@@ -123,7 +123,7 @@ pub async fn run(
     let (apps, apps_writer) = reflector::store::<MyApp>();
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
         .default_backoff()
-        .modify(strip)
+        .modify(resources::slim_myapp)
         .reflect(apps_writer)
         .applied_objects()
         // Status-only changes (our own status writes among them) do not trigger a reconcile.
@@ -135,14 +135,14 @@ pub async fn run(
         children_config.clone(),
     )
     .default_backoff()
-    .modify(strip)
+    .modify(resources::slim_deployment)
     .reflect(deployments_writer)
     .touched_objects();
 
     let (services, services_writer) = reflector::store::<Service>();
     let service_events = watcher(Api::<Service>::all(client.clone()), children_config)
         .default_backoff()
-        .modify(strip)
+        .modify(resources::slim_service)
         .reflect(services_writer)
         .touched_objects();
 
@@ -192,12 +192,6 @@ pub async fn run(
         })
         .await;
     info!("Controller stopped");
-}
-
-/// Keeps only what the operator reads in the caches: `managedFields` is most of an object's
-/// size and nothing here reads it.
-fn strip<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
 }
 
 /// Brings one MyApp's children and status in line with its spec.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{Deployment, DeploymentSpec},
+        apps::v1::{Deployment, DeploymentCondition, DeploymentSpec, DeploymentStatus},
         core::v1::{
             Container, ContainerPort, EnvVar, PodSpec, PodTemplateSpec, Service, ServicePort,
             ServiceSpec,
@@ -200,6 +200,109 @@ fn contains(observed: &Value, desired: &Value) -> bool {
             d.iter().all(|dv| o.iter().any(|ov| contains(ov, dv)))
         }
         (o, d) => o == d,
+    }
+}
+
+// === cache slimming ===
+
+/// Drops from a cached Deployment what the operator never reads: everything but the fields
+/// [`deployment`] sets (for [`is_applied`]) and the status fields [`Rollout`] reads. The API
+/// server's defaults (strategy, pod-spec and container defaults) and condition messages are
+/// most of an observed Deployment.
+pub fn slim_deployment(d: &mut Deployment) {
+    slim_child_meta(&mut d.metadata);
+    if let Some(spec) = d.spec.as_mut() {
+        *spec = DeploymentSpec {
+            replicas: spec.replicas,
+            selector: std::mem::take(&mut spec.selector),
+            template: PodTemplateSpec {
+                metadata: spec.template.metadata.take().map(|m| ObjectMeta {
+                    labels: m.labels,
+                    ..ObjectMeta::default()
+                }),
+                spec: spec.template.spec.take().map(|pod| PodSpec {
+                    containers: pod.containers.into_iter().map(slim_container).collect(),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        };
+    }
+    if let Some(status) = d.status.as_mut() {
+        *status = DeploymentStatus {
+            observed_generation: status.observed_generation,
+            replicas: status.replicas,
+            updated_replicas: status.updated_replicas,
+            available_replicas: status.available_replicas,
+            conditions: status.conditions.take().map(|conditions| {
+                conditions
+                    .into_iter()
+                    .map(|c| DeploymentCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        last_transition_time: c.last_transition_time,
+                        ..DeploymentCondition::default()
+                    })
+                    .collect()
+            }),
+            ..DeploymentStatus::default()
+        };
+    }
+}
+
+fn slim_container(c: Container) -> Container {
+    Container {
+        name: c.name,
+        image: c.image,
+        ports: c.ports,
+        env: c.env,
+        ..Container::default()
+    }
+}
+
+/// Drops from a cached Service what the operator never reads: the allocated cluster IPs, IP
+/// family defaults and status.
+pub fn slim_service(s: &mut Service) {
+    slim_child_meta(&mut s.metadata);
+    if let Some(spec) = s.spec.as_mut() {
+        *spec = ServiceSpec {
+            type_: spec.type_.take(),
+            selector: spec.selector.take(),
+            ports: spec.ports.take().map(|ports| {
+                ports
+                    .into_iter()
+                    .map(|p| ServicePort {
+                        name: p.name,
+                        port: p.port,
+                        target_port: p.target_port,
+                        protocol: p.protocol,
+                        ..ServicePort::default()
+                    })
+                    .collect()
+            }),
+            ..ServiceSpec::default()
+        };
+    }
+    s.status = None;
+}
+
+/// Drops from a cached MyApp what the operator never reads: its labels and annotations
+/// (`kubectl apply` keeps a whole copy of the object in one) and `managedFields`.
+pub fn slim_myapp(app: &mut MyApp) {
+    let meta = &mut app.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
+}
+
+/// A child's metadata keeps what [`child_meta`] sets and what the caches and the controller
+/// key on; other annotations (the Deployment controller's revision, `kubectl apply`'s copy)
+/// and `managedFields` go.
+fn slim_child_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
     }
 }
 
@@ -522,6 +625,64 @@ mod tests {
     fn an_observed_child_with_server_defaults_counts_as_applied() {
         let desired = deployment(&with_env(app(), &[("A", "1")]));
         assert!(is_applied(&desired, &as_observed(&desired)));
+    }
+
+    #[test]
+    fn slimmed_children_still_count_as_applied_and_keep_what_status_reads() {
+        let mut app = with_env(app(), &[("A", "1")]);
+        app.spec.replicas = Some(3);
+        let desired = deployment(&app);
+        let mut observed = serde_json::to_value(as_observed(&desired)).unwrap();
+        observed["status"] = json!({
+            "observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3,
+            "availableReplicas": 2,
+            "conditions": [{"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
+                            "message": "Deployment does not have minimum availability.",
+                            "lastUpdateTime": "2027-01-15T08:00:00Z",
+                            "lastTransitionTime": "2027-01-15T08:00:00Z"}],
+        });
+        let observed: Deployment = serde_json::from_value(observed).unwrap();
+        let mut slim = observed.clone();
+        slim_deployment(&mut slim);
+        assert!(
+            is_applied(&desired, &slim),
+            "slimming dropped an applied field"
+        );
+        assert_eq!(
+            Rollout::from_deployment(&slim),
+            Rollout::from_deployment(&observed)
+        );
+        let text = serde_json::to_string(&slim).unwrap();
+        for gone in [
+            "strategy",
+            "dnsPolicy",
+            "imagePullPolicy",
+            "managedFields",
+            "revision",
+            "message",
+        ] {
+            assert!(!text.contains(gone), "{gone} kept: {text}");
+        }
+        // Another manager's change to an applied field is still seen.
+        let mut edited = serde_json::to_value(&observed).unwrap();
+        edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
+        let mut edited: Deployment = serde_json::from_value(edited).unwrap();
+        slim_deployment(&mut edited);
+        assert!(!is_applied(&desired, &edited));
+
+        let desired = service(&app);
+        let mut observed = serde_json::to_value(&desired).unwrap();
+        observed["spec"]["clusterIP"] = json!("10.96.0.12");
+        observed["spec"]["clusterIPs"] = json!(["10.96.0.12"]);
+        observed["spec"]["sessionAffinity"] = json!("None");
+        observed["status"] = json!({"loadBalancer": {}});
+        let mut slim: Service = serde_json::from_value(observed).unwrap();
+        slim_service(&mut slim);
+        assert!(
+            is_applied(&desired, &slim),
+            "slimming dropped an applied field"
+        );
+        assert!(!serde_json::to_string(&slim).unwrap().contains("clusterIP"));
     }
 
     #[test]
