@@ -1466,27 +1466,19 @@ async fn patch_object(
                 let mut config = patch_doc.clone();
                 check_identity(ctx, &mut config)?;
                 let state = ctx.inner.store.lock();
-                let key_of = |m: &str| {
-                    (
-                        ctx.rt.storage(),
-                        ctx.ns.clone(),
-                        ctx.name().to_string(),
-                        sub.clone(),
-                        m.to_string(),
-                    )
-                };
-                let previous = state.applied.get(&key_of(&manager)).cloned();
-                let mut others: Vec<(String, Value)> = state
-                    .applied
-                    .iter()
-                    .filter(|((r, n, nm, s, m), _)| {
-                        *r == ctx.rt.storage()
-                            && *n == ctx.ns
-                            && nm == ctx.name()
-                            && *s == sub
-                            && *m != manager
-                    })
-                    .map(|((.., m), v)| (m.clone(), v.clone()))
+                let configs = state.applied.get(&(
+                    ctx.rt.storage(),
+                    ctx.ns.clone(),
+                    ctx.name().to_string(),
+                ));
+                let previous = configs
+                    .and_then(|c| c.get(&(sub.clone(), manager.clone())))
+                    .cloned();
+                let mut others: Vec<(String, Value)> = configs
+                    .into_iter()
+                    .flatten()
+                    .filter(|((s, m), _)| *s == sub && *m != manager)
+                    .map(|((_, m), v)| (m.clone(), v.clone()))
                     .collect();
                 drop(state);
                 others.sort_by(|a, b| a.0.cmp(&b.0));
@@ -1572,16 +1564,11 @@ fn remember_apply(ctx: &Ctx, sub: &str, manager: &str, config: &Value) {
     if state.get(&ctx.rt.storage(), &ctx.ns, ctx.name()).is_none() {
         return;
     }
-    state.applied.insert(
-        (
-            ctx.rt.storage(),
-            ctx.ns.clone(),
-            ctx.name().to_string(),
-            sub.to_string(),
-            manager.to_string(),
-        ),
-        config.clone(),
-    );
+    state
+        .applied
+        .entry((ctx.rt.storage(), ctx.ns.clone(), ctx.name().to_string()))
+        .or_default()
+        .insert((sub.to_string(), manager.to_string()), config.clone());
 }
 
 async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {

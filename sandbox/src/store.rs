@@ -53,8 +53,10 @@ pub struct Event {
     pub previous_labels: Option<Value>,
 }
 
-/// Last configuration a field manager applied: (resource, namespace, name, subresource, manager).
-pub type ApplyKey = (Resource, String, String, String, String);
+/// An object: (resource, namespace, name).
+pub type ObjectKey = (Resource, String, String);
+/// Server-side apply: the last configuration per (subresource, manager) of one object.
+pub type AppliedConfigs = BTreeMap<(String, String), Value>;
 
 /// The current time as the API server writes timestamps.
 pub fn now() -> String {
@@ -108,8 +110,9 @@ pub struct State {
     log_capacity: usize,
     /// The served resource types.
     pub registry: Registry,
-    /// Server-side apply: the last configuration per manager.
-    pub applied: HashMap<ApplyKey, Value>,
+    /// Server-side apply: the last configurations per object, so an apply reads only its
+    /// own object's (a scan of every object's would make each apply O(objects)).
+    pub applied: HashMap<ObjectKey, AppliedConfigs>,
     /// Built-in defaults, with the Service cluster IPs in use.
     pub defaulter: Defaulter,
 }
@@ -353,7 +356,7 @@ impl State {
             None,
         );
         self.applied
-            .retain(|(r, n, nm, _, _), _| !(r == res && n == ns && nm == name));
+            .remove(&(res.clone(), ns.to_string(), name.to_string()));
         if res.0.is_empty() && res.1 == "services" {
             self.defaulter.release(&obj);
         }
