@@ -30,6 +30,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
+    cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
     metrics::{Metrics, ResultLabels},
     recent::RecentWrites,
@@ -81,8 +82,8 @@ impl Default for Config {
 /// What every reconcile shares.
 pub struct Context {
     client: Client,
-    deployments: Store<Deployment>,
-    services: Store<Service>,
+    deployments: Store<CachedDeployment>,
+    services: Store<CachedService>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     config: Config,
@@ -129,20 +130,20 @@ pub async fn run(
         // Status-only changes (our own status writes among them) do not trigger a reconcile.
         .predicate_filter(predicates::generation, Default::default());
 
-    let (deployments, deployments_writer) = reflector::store::<Deployment>();
+    let (deployments, deployments_writer) = reflector::store::<CachedDeployment>();
     let deployment_events = watcher(
-        Api::<Deployment>::all(client.clone()),
+        Api::<CachedDeployment>::all(client.clone()),
         children_config.clone(),
     )
     .default_backoff()
-    .modify(resources::slim_deployment)
+    .modify(cache::slim_metadata)
     .reflect(deployments_writer)
     .touched_objects();
 
-    let (services, services_writer) = reflector::store::<Service>();
-    let service_events = watcher(Api::<Service>::all(client.clone()), children_config)
+    let (services, services_writer) = reflector::store::<CachedService>();
+    let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
-        .modify(resources::slim_service)
+        .modify(cache::slim_metadata)
         .reflect(services_writer)
         .touched_objects();
 
@@ -438,12 +439,12 @@ fn digest<K: Resource>(desired: &K) -> String {
 }
 
 impl Context {
-    fn child_state<K: Resource + serde::Serialize>(
+    fn child_state<D: Resource + serde::Serialize, O: Resource + serde::Serialize>(
         &self,
         key: &ObjectRef<MyApp>,
         child: Child,
-        desired: &K,
-        observed: Option<&K>,
+        desired: &D,
+        observed: Option<&O>,
     ) -> ChildState {
         // Asked first, always: it also notes when the cache has caught up with our write.
         let cached = observed.and_then(|o| o.meta().resource_version.as_deref());
@@ -473,7 +474,7 @@ impl Context {
 /// When a MyApp stops setting `spec.replicas`, the Deployment must keep its current count: a
 /// field its only manager stops applying is removed (and would default to 1). So the count
 /// is first applied by a second manager, which keeps owning it until the MyApp sets it again.
-fn replicas_to_hand_over(app: &MyApp, observed: Option<&Deployment>) -> Option<i32> {
+fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<i32> {
     let observed = observed?;
     let we_set_it = observed
         .annotations()
@@ -548,7 +549,10 @@ mod tests {
             },
         );
         app.metadata.namespace = Some("ns".into());
-        let applied = resources::deployment(&app);
+        let as_cached = |d: &Deployment| -> CachedDeployment {
+            serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap()
+        };
+        let applied = as_cached(&resources::deployment(&app));
         assert_eq!(
             replicas_to_hand_over(&app, Some(&applied)),
             None,
@@ -556,7 +560,7 @@ mod tests {
         );
         app.spec.replicas = None;
         assert_eq!(replicas_to_hand_over(&app, Some(&applied)), Some(5));
-        let unmanaged = resources::deployment(&app);
+        let unmanaged = as_cached(&resources::deployment(&app));
         assert_eq!(
             replicas_to_hand_over(&app, Some(&unmanaged)),
             None,

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod cache;
 pub mod certs;
 pub mod cli;
 pub mod controller;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        apps::v1::{Deployment, DeploymentCondition, DeploymentSpec, DeploymentStatus},
+        apps::v1::{Deployment, DeploymentSpec},
         core::v1::{
             Container, ContainerPort, EnvVar, PodSpec, PodTemplateSpec, Service, ServicePort,
             ServiceSpec,
@@ -22,7 +22,10 @@ use k8s_openapi::{
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use crate::crd::{MyApp, MyAppStatus, Phase};
+use crate::{
+    cache::CachedDeployment,
+    crd::{MyApp, MyAppStatus, Phase},
+};
 
 /// The field manager of every write the operator makes (server-side apply).
 pub const FIELD_MANAGER: &str = "myapp-operator";
@@ -180,12 +183,19 @@ fn digest(value: &Value) -> String {
 /// compares only what `desired` sets: every field of `desired` must be present and equal in
 /// `observed`; lists match when each desired item is contained in some observed item. Fields we
 /// stopped applying are caught by the digest annotation, which is part of `desired`.
-pub fn is_applied<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
+pub fn is_applied<D: serde::Serialize, O: serde::Serialize>(desired: &D, observed: &O) -> bool {
     match (
         serde_json::to_value(desired),
         serde_json::to_value(observed),
     ) {
-        (Ok(d), Ok(o)) => contains(&o, &d),
+        (Ok(mut d), Ok(o)) => {
+            // The kind is the cache's type; cached objects do not repeat it.
+            if let Some(d) = d.as_object_mut() {
+                d.remove("apiVersion");
+                d.remove("kind");
+            }
+            contains(&o, &d)
+        }
         _ => false,
     }
 }
@@ -205,88 +215,6 @@ fn contains(observed: &Value, desired: &Value) -> bool {
 
 // === cache slimming ===
 
-/// Drops from a cached Deployment what the operator never reads: everything but the fields
-/// [`deployment`] sets (for [`is_applied`]) and the status fields [`Rollout`] reads. The API
-/// server's defaults (strategy, pod-spec and container defaults) and condition messages are
-/// most of an observed Deployment.
-pub fn slim_deployment(d: &mut Deployment) {
-    slim_child_meta(&mut d.metadata);
-    if let Some(spec) = d.spec.as_mut() {
-        *spec = DeploymentSpec {
-            replicas: spec.replicas,
-            selector: std::mem::take(&mut spec.selector),
-            template: PodTemplateSpec {
-                metadata: spec.template.metadata.take().map(|m| ObjectMeta {
-                    labels: m.labels,
-                    ..ObjectMeta::default()
-                }),
-                spec: spec.template.spec.take().map(|pod| PodSpec {
-                    containers: pod.containers.into_iter().map(slim_container).collect(),
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        };
-    }
-    if let Some(status) = d.status.as_mut() {
-        *status = DeploymentStatus {
-            observed_generation: status.observed_generation,
-            replicas: status.replicas,
-            updated_replicas: status.updated_replicas,
-            available_replicas: status.available_replicas,
-            conditions: status.conditions.take().map(|conditions| {
-                conditions
-                    .into_iter()
-                    .map(|c| DeploymentCondition {
-                        type_: c.type_,
-                        status: c.status,
-                        reason: c.reason,
-                        last_transition_time: c.last_transition_time,
-                        ..DeploymentCondition::default()
-                    })
-                    .collect()
-            }),
-            ..DeploymentStatus::default()
-        };
-    }
-}
-
-fn slim_container(c: Container) -> Container {
-    Container {
-        name: c.name,
-        image: c.image,
-        ports: c.ports,
-        env: c.env,
-        ..Container::default()
-    }
-}
-
-/// Drops from a cached Service what the operator never reads: the allocated cluster IPs, IP
-/// family defaults and status.
-pub fn slim_service(s: &mut Service) {
-    slim_child_meta(&mut s.metadata);
-    if let Some(spec) = s.spec.as_mut() {
-        *spec = ServiceSpec {
-            type_: spec.type_.take(),
-            selector: spec.selector.take(),
-            ports: spec.ports.take().map(|ports| {
-                ports
-                    .into_iter()
-                    .map(|p| ServicePort {
-                        name: p.name,
-                        port: p.port,
-                        target_port: p.target_port,
-                        protocol: p.protocol,
-                        ..ServicePort::default()
-                    })
-                    .collect()
-            }),
-            ..ServiceSpec::default()
-        };
-    }
-    s.status = None;
-}
-
 /// Drops from a cached MyApp what the operator never reads: its labels and annotations
 /// (`kubectl apply` keeps a whole copy of the object in one) and `managedFields`.
 pub fn slim_myapp(app: &mut MyApp) {
@@ -294,16 +222,6 @@ pub fn slim_myapp(app: &mut MyApp) {
     meta.managed_fields = None;
     meta.annotations = None;
     meta.labels = None;
-}
-
-/// A child's metadata keeps what [`child_meta`] sets and what the caches and the controller
-/// key on; other annotations (the Deployment controller's revision, `kubectl apply`'s copy)
-/// and `managedFields` go.
-fn slim_child_meta(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
-    }
 }
 
 // === status ===
@@ -327,8 +245,8 @@ pub struct Rollout {
 }
 
 impl Rollout {
-    /// Reads a Deployment as observed from the API.
-    pub fn from_deployment(d: &Deployment) -> Self {
+    /// Reads a Deployment as cached from the API.
+    pub fn from_deployment(d: &CachedDeployment) -> Self {
         let status = d.status.clone().unwrap_or_default();
         let conditions = status.conditions.unwrap_or_default();
         let condition = |t: &str| conditions.iter().find(|c| c.type_ == t);
@@ -482,9 +400,16 @@ fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::CachedService;
     use crate::crd::{EnvVar as AppEnv, MyAppSpec};
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use serde::de::DeserializeOwned;
     use serde_json::json;
+
+    /// What the watch cache holds of an object the API returned.
+    fn cached<T: serde::Serialize, C: DeserializeOwned>(object: &T) -> C {
+        serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
+    }
 
     // === fixtures ===
 
@@ -628,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn slimmed_children_still_count_as_applied_and_keep_what_status_reads() {
+    fn cached_children_still_count_as_applied_and_keep_what_status_reads() {
         let mut app = with_env(app(), &[("A", "1")]);
         app.spec.replicas = Some(3);
         let desired = deployment(&app);
@@ -641,16 +566,25 @@ mod tests {
                             "lastUpdateTime": "2027-01-15T08:00:00Z",
                             "lastTransitionTime": "2027-01-15T08:00:00Z"}],
         });
-        let observed: Deployment = serde_json::from_value(observed).unwrap();
-        let mut slim = observed.clone();
-        slim_deployment(&mut slim);
+        let mut slim: CachedDeployment = cached(&observed);
+        crate::cache::slim_metadata(&mut slim);
         assert!(
             is_applied(&desired, &slim),
-            "slimming dropped an applied field"
+            "the cache dropped an applied field"
+        );
+        let rollout = Rollout::from_deployment(&slim);
+        assert_eq!(
+            (
+                rollout.observed_generation,
+                rollout.desired,
+                rollout.updated,
+                rollout.available
+            ),
+            (Some(1), 3, 3, 2)
         );
         assert_eq!(
-            Rollout::from_deployment(&slim),
-            Rollout::from_deployment(&observed)
+            rollout.unavailable_since,
+            Some("2027-01-15T08:00:00Z".parse().unwrap())
         );
         let text = serde_json::to_string(&slim).unwrap();
         for gone in [
@@ -664,11 +598,11 @@ mod tests {
             assert!(!text.contains(gone), "{gone} kept: {text}");
         }
         // Another manager's change to an applied field is still seen.
-        let mut edited = serde_json::to_value(&observed).unwrap();
-        edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
-        let mut edited: Deployment = serde_json::from_value(edited).unwrap();
-        slim_deployment(&mut edited);
-        assert!(!is_applied(&desired, &edited));
+        observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
+        assert!(!is_applied(
+            &desired,
+            &cached::<_, CachedDeployment>(&observed)
+        ));
 
         let desired = service(&app);
         let mut observed = serde_json::to_value(&desired).unwrap();
@@ -676,13 +610,17 @@ mod tests {
         observed["spec"]["clusterIPs"] = json!(["10.96.0.12"]);
         observed["spec"]["sessionAffinity"] = json!("None");
         observed["status"] = json!({"loadBalancer": {}});
-        let mut slim: Service = serde_json::from_value(observed).unwrap();
-        slim_service(&mut slim);
+        let slim: CachedService = cached(&observed);
         assert!(
             is_applied(&desired, &slim),
-            "slimming dropped an applied field"
+            "the cache dropped an applied field"
         );
         assert!(!serde_json::to_string(&slim).unwrap().contains("clusterIP"));
+        observed["spec"]["ports"][0]["port"] = json!(9999);
+        assert!(!is_applied(
+            &desired,
+            &cached::<_, CachedService>(&observed)
+        ));
     }
 
     #[test]
@@ -695,7 +633,7 @@ mod tests {
             .push(json!({"name": "INJECTED", "value": "by a sidecar injector"}));
         assert!(is_applied(
             &desired,
-            &serde_json::from_value(observed).unwrap()
+            &serde_json::from_value::<CachedDeployment>(observed).unwrap()
         ));
     }
 
@@ -706,7 +644,7 @@ mod tests {
         observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
         assert!(!is_applied(
             &desired,
-            &serde_json::from_value(observed).unwrap()
+            &serde_json::from_value::<CachedDeployment>(observed).unwrap()
         ));
     }
 
@@ -788,7 +726,7 @@ mod tests {
             ]),
             ..DeploymentStatus::default()
         });
-        let r = Rollout::from_deployment(&d);
+        let r = Rollout::from_deployment(&cached(&d));
         assert_eq!(
             (r.desired, r.replicas, r.updated, r.available),
             (3, 3, 3, 1)

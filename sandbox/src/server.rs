@@ -1466,11 +1466,10 @@ async fn patch_object(
                 let mut config = patch_doc.clone();
                 check_identity(ctx, &mut config)?;
                 let state = ctx.inner.store.lock();
-                let configs = state.applied.get(&(
-                    ctx.rt.storage(),
-                    ctx.ns.clone(),
-                    ctx.name().to_string(),
-                ));
+                let configs =
+                    state
+                        .applied
+                        .get(&(ctx.rt.storage(), ctx.ns.clone(), ctx.name().to_string()));
                 let previous = configs
                     .and_then(|c| c.get(&(sub.clone(), manager.clone())))
                     .cloned();
