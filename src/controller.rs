@@ -33,7 +33,7 @@ use crate::{
     cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
     metrics::{Metrics, ResultLabels},
-    recent::RecentWrites,
+    recent::{RecentWrites, Waiting},
     resources::{self, FIELD_MANAGER, Rollout},
 };
 
@@ -93,6 +93,8 @@ pub struct Context {
     applied: RecentWrites<(ObjectRef<MyApp>, Child), String>,
     /// Our status writes the MyApp cache has not seen yet.
     reported: RecentWrites<ObjectRef<MyApp>, MyAppStatus>,
+    /// Deployments we applied whose controller has not observed the apply yet.
+    awaiting_rollout: Waiting<ObjectRef<MyApp>>,
 }
 
 /// A child of a MyApp.
@@ -103,7 +105,7 @@ enum Child {
 }
 
 /// How long our writes are remembered for read-your-writes: far longer than a watch event
-/// takes to arrive, and longer than [`PENDING_GRACE`].
+/// takes to arrive.
 const RECENT_WRITES_TTL: Duration = Duration::from_secs(30);
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
@@ -161,6 +163,7 @@ pub async fn run(
         failures: Mutex::default(),
         applied: RecentWrites::new(RECENT_WRITES_TTL),
         reported: RecentWrites::new(RECENT_WRITES_TTL),
+        awaiting_rollout: Waiting::new(PENDING_GRACE),
     });
 
     let apps_cache = apps.clone();
@@ -342,6 +345,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             written.resource_version().as_deref(),
             digest(&desired),
         );
+        ctx.awaiting_rollout.start(key.clone());
     }
 
     let desired = resources::service(app);
@@ -446,7 +450,7 @@ impl Context {
         desired: &D,
         observed: Option<&O>,
     ) -> ChildState {
-        // Asked first, always: it also notes when the cache has caught up with our write.
+        // Asked first, always: a cache that caught up with our write ends its entry.
         let cached = observed.and_then(|o| o.meta().resource_version.as_deref());
         let unseen = self.applied.unseen(&(key.clone(), child), cached);
         if observed.is_some_and(|o| resources::is_applied(desired, o)) {
@@ -462,11 +466,12 @@ impl Context {
     /// yet; `None` once it has, or once the grace period after our last apply is over.
     fn pending_grace_left(&self, key: &ObjectRef<MyApp>, observed: bool) -> Option<Duration> {
         if observed {
+            self.awaiting_rollout.end(key);
             return None;
         }
-        let age = self.applied.age(&(key.clone(), Child::Deployment))?;
+        let waited = self.awaiting_rollout.elapsed(key)?;
         PENDING_GRACE
-            .checked_sub(age)
+            .checked_sub(waited)
             .filter(|left| !left.is_zero())
     }
 }

@@ -3,51 +3,40 @@
 //! A reflector's store learns of our own write only when its watch event arrives. A reconcile
 //! that runs before then (another object's event triggered it) sees the object as it was before
 //! the write and would make the same write again: harmless, but a write. [`RecentWrites`]
-//! remembers for a short while, per key, which cached version a write replaced and what it
-//! wrote; while the cache still holds the replaced version, the reconcile compares against what
-//! was written instead. This is the "expectations" idea of the Kubernetes ReplicaSet
-//! controller, reduced to resourceVersion equality (versions are opaque, so only "is the cache
-//! still at the version we replaced" is asked, never "is it older").
+//! remembers, per key, which cached version a write replaced and what it wrote; while the cache
+//! still holds the replaced version, the reconcile compares against what was written instead.
+//! This is the "expectations" idea of the Kubernetes ReplicaSet controller, reduced to
+//! resourceVersion equality (versions are opaque, so only "is the cache still at the version we
+//! replaced" is asked, never "is it older").
+//!
+//! An entry goes as soon as a lookup finds the cache past it, so at steady state the map is
+//! empty; entries never looked up again expire after the TTL.
 
 use std::{
     collections::HashMap,
     hash::Hash,
-    sync::Mutex,
+    sync::{Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
-/// Recent writes per key, forgotten after `ttl`.
+/// Recent writes per key.
 pub struct RecentWrites<K, V> {
     ttl: Duration,
-    inner: Mutex<Inner<K, V>>,
-}
-
-struct Inner<K, V> {
-    entries: HashMap<K, Entry<V>>,
-    /// Size at which expired entries are dropped; doubles with the live entries, so pruning
-    /// costs O(1) per call.
-    prune_at: usize,
+    entries: Mutex<Timed<K, Entry<V>>>,
 }
 
 struct Entry<V> {
     /// The resourceVersion the cache held when the write was made (`None`: not cached).
     replaced: Option<String>,
     written: V,
-    at: Instant,
-    /// The cache has been seen past `replaced`: a later return to it (a deleted object is
-    /// uncached again) is someone else's change, not our write still on its way.
-    seen: bool,
 }
 
 impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
-    /// Remembers writes for `ttl`: longer than a watch event takes to arrive.
+    /// Remembers writes for at most `ttl`: far longer than a watch event takes to arrive.
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            inner: Mutex::new(Inner {
-                entries: HashMap::new(),
-                prune_at: 1024,
-            }),
+            entries: Mutex::new(Timed::default()),
         }
     }
 
@@ -58,49 +47,25 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
         if replaced.is_some() && replaced.as_deref() == new_version {
             return;
         }
-        let mut inner = self.lock();
-        inner.prune(self.ttl);
-        let entry = Entry {
-            replaced,
-            written,
-            at: Instant::now(),
-            seen: false,
-        };
-        inner.entries.insert(key, entry);
+        self.lock()
+            .insert(key, Entry { replaced, written }, self.ttl);
     }
 
-    /// What was written under `key`, if the cache (now at version `cached`) has not seen it yet.
-    ///
-    /// A cache that never shows the written version in a call here (the object was created and
-    /// deleted between two calls) reads as unseen until the entry expires.
+    /// What was written under `key`, if the cache (now at version `cached`) has not seen it
+    /// yet. A cache past the replaced version ends the entry.
     pub fn unseen(&self, key: &K, cached: Option<&str>) -> Option<V> {
-        let mut inner = self.lock();
-        inner.prune(self.ttl);
-        let entry = inner
-            .entries
-            .get_mut(key)
-            .filter(|e| !e.seen && e.at.elapsed() < self.ttl)?;
+        let mut entries = self.lock();
+        let entry = entries.get(key, self.ttl)?;
         if entry.replaced.as_deref() == cached {
-            Some(entry.written.clone())
-        } else {
-            entry.seen = true;
-            None
+            return Some(entry.written.clone());
         }
-    }
-
-    /// How long ago the last write under `key` was made, if it is still remembered.
-    pub fn age(&self, key: &K) -> Option<Duration> {
-        let inner = self.lock();
-        inner
-            .entries
-            .get(key)
-            .map(|e| e.at.elapsed())
-            .filter(|age| *age < self.ttl)
+        entries.remove(key);
+        None
     }
 
     /// Number of remembered writes (expired ones included until pruned).
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().map.len()
     }
 
     /// Whether nothing is remembered.
@@ -108,16 +73,94 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K, V>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Timed<K, Entry<V>>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl<K, V> Inner<K, V> {
-    fn prune(&mut self, ttl: Duration) {
-        if self.entries.len() >= self.prune_at {
-            self.entries.retain(|_, e| e.at.elapsed() < ttl);
-            self.prune_at = (2 * self.entries.len()).max(1024);
+/// Since when each key has been waiting for something, forgotten after `ttl`.
+pub struct Waiting<K> {
+    ttl: Duration,
+    since: Mutex<Timed<K, ()>>,
+}
+
+impl<K: Eq + Hash> Waiting<K> {
+    /// Forgets a wait after `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            since: Mutex::new(Timed::default()),
+        }
+    }
+
+    /// `key` starts waiting now.
+    pub fn start(&self, key: K) {
+        self.lock().insert(key, (), self.ttl);
+    }
+
+    /// How long `key` has been waiting, if it is.
+    pub fn elapsed(&self, key: &K) -> Option<Duration> {
+        let mut since = self.lock();
+        since.get(key, self.ttl)?;
+        since.map.get(key).map(|(at, ())| at.elapsed())
+    }
+
+    /// `key` no longer waits.
+    pub fn end(&self, key: &K) {
+        self.lock().remove(key);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Timed<K, ()>> {
+        self.since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A map whose entries expire; expired entries are dropped in bulk and the table shrinks with
+/// its content, so a burst (10,000 creates) does not leave its peak allocation behind.
+struct Timed<K, V> {
+    map: HashMap<K, (Instant, V)>,
+    /// Size at which expired entries are dropped; doubles with the live entries, so pruning
+    /// costs O(1) per insert.
+    prune_at: usize,
+}
+
+impl<K, V> Default for Timed<K, V> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            prune_at: 1024,
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Timed<K, V> {
+    fn insert(&mut self, key: K, value: V, ttl: Duration) {
+        if self.map.len() >= self.prune_at {
+            self.map.retain(|_, (at, _)| at.elapsed() < ttl);
+            self.prune_at = (2 * self.map.len()).max(1024);
+            self.shrink();
+        }
+        self.map.insert(key, (Instant::now(), value));
+    }
+
+    /// The live entry under `key`; an expired one is removed.
+    fn get(&mut self, key: &K, ttl: Duration) -> Option<&V> {
+        if self.map.get(key)?.0.elapsed() >= ttl {
+            self.remove(key);
+            return None;
+        }
+        self.map.get(key).map(|(_, v)| v)
+    }
+
+    fn remove(&mut self, key: &K) {
+        if self.map.remove(key).is_some() {
+            self.shrink();
+        }
+    }
+
+    fn shrink(&mut self) {
+        if self.map.capacity() > 64 && self.map.len() < self.map.capacity() / 4 {
+            self.map.shrink_to(self.map.len() * 2);
         }
     }
 }
@@ -136,6 +179,8 @@ mod tests {
             None,
             "the cache caught up"
         );
+        assert!(recent.is_empty(), "an entry the cache caught up with goes");
+        recent.record("web", Some("7".into()), Some("8"), "digest-b");
         assert_eq!(
             recent.unseen(&"web", Some("9")),
             None,
@@ -150,17 +195,10 @@ mod tests {
         recent.record("web", None, Some("1"), 42);
         assert_eq!(recent.unseen(&"web", None), Some(42));
         assert_eq!(recent.unseen(&"web", Some("1")), None);
-    }
-
-    #[test]
-    fn an_object_deleted_after_the_cache_saw_our_create_is_stale() {
-        let recent = RecentWrites::new(Duration::from_secs(60));
-        recent.record("web", None, Some("1"), ());
-        assert_eq!(recent.unseen(&"web", Some("1")), None);
-        assert_eq!(recent.unseen(&"web", None), None, "deleted, not unseen");
-        assert!(
-            recent.age(&"web").is_some(),
-            "the write time is still known"
+        assert_eq!(
+            recent.unseen(&"web", None),
+            None,
+            "deleted after the cache saw it"
         );
     }
 
@@ -179,7 +217,18 @@ mod tests {
             recent.record(i, None, Some("1"), ());
         }
         assert_eq!(recent.unseen(&1999, None), None, "expired");
-        assert_eq!(recent.age(&1999), None);
         assert!(recent.len() < 1100, "{} entries kept", recent.len());
+    }
+
+    #[test]
+    fn a_wait_is_timed_until_it_ends_or_expires() {
+        let waiting = Waiting::new(Duration::from_secs(60));
+        waiting.start("web");
+        assert!(waiting.elapsed(&"web").is_some());
+        waiting.end(&"web");
+        assert_eq!(waiting.elapsed(&"web"), None);
+        let expired = Waiting::new(Duration::ZERO);
+        expired.start("web");
+        assert_eq!(expired.elapsed(&"web"), None);
     }
 }
