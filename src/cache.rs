@@ -9,8 +9,6 @@
 //! same field names, and inherit the `Resource` impl of the full type, so `Api`, the watcher and
 //! the reflector use them like the real thing.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
     apimachinery::pkg::{
@@ -23,7 +21,53 @@ use serde::{Deserialize, Serialize};
 
 use crate::resources::{APPLIED_DIGEST_ANNOTATION, REPLICAS_ANNOTATION};
 
-type Labels = BTreeMap<String, String>;
+/// A label map as a sorted list of pairs. A `BTreeMap` allocates a half-kilobyte node for even
+/// one entry, and the selectors and template labels here hold two or three.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Labels(pub Vec<(String, String)>);
+
+impl Labels {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Serialize for Labels {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = Labels;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of strings to strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Labels, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(pair) = map.next_entry::<String, String>()? {
+                    pairs.push(pair);
+                }
+                // As a map would: sorted, the last of duplicate keys wins.
+                pairs.reverse();
+                pairs.sort_by(|a, b| a.0.cmp(&b.0));
+                pairs.dedup_by(|later, earlier| later.0 == earlier.0);
+                Ok(Labels(pairs))
+            }
+        }
+        deserializer.deserialize_map(Pairs)
+    }
+}
 
 /// A Deployment as cached.
 #[derive(Resource, Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -173,5 +217,26 @@ pub fn slim_metadata<K: Resource>(object: &mut K) {
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.retain(|k, _| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_read_and_write_as_a_json_map() {
+        let labels: Labels = serde_json::from_str(r#"{"b": "2", "a": "1", "b": "3"}"#).unwrap();
+        assert_eq!(
+            labels.0,
+            [("a".into(), "1".into()), ("b".into(), "3".into())],
+            "sorted, the last duplicate wins"
+        );
+        assert_eq!(labels.get("b"), Some("3"));
+        assert_eq!(
+            serde_json::to_string(&labels).unwrap(),
+            r#"{"a":"1","b":"3"}"#
+        );
+        assert!(serde_json::from_str::<Labels>(r#"{"a": 1}"#).is_err());
     }
 }
