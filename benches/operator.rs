@@ -2,8 +2,9 @@
 //!
 //! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time to
 //! a webhook answer after process start, idle RSS, create and convergence times for APPS
-//! MyApps, the operator's writes per MyApp, RSS with everything cached, writes during a forced
-//! resync, and the rate of a no-op loader issuing the same writes through the same sandbox.
+//! MyApps, the operator's writes per MyApp and its peak requests in flight, RSS with everything
+//! cached, writes during a forced resync, and the rate of a no-op loader issuing the same writes
+//! through the same sandbox.
 //! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
 //! profiler (`heaptrack -o /tmp/operator`).
 
@@ -198,6 +199,13 @@ async fn bench(apps: usize, concurrency: usize) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss_kib(pid);
 
+    let agent = myapp_operator::run::USER_AGENT;
+    let watches = sandbox
+        .faults()
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent.as_deref() == Some(agent) && r.verb == "watch")
+        .count();
     sandbox.faults().clear_requests();
     let load = Api::<MyApp>::namespaced(client.clone(), "load");
     let create_start = Instant::now();
@@ -218,6 +226,7 @@ async fn bench(apps: usize, concurrency: usize) {
     }
     let converged_after = create_start.elapsed();
     let writes = operator_writes(&sandbox);
+    let peak_in_flight = sandbox.faults().peak_in_flight(agent);
     let loaded_rss = rss_kib(pid);
 
     sandbox.faults().clear_requests();
@@ -286,6 +295,9 @@ async fn bench(apps: usize, concurrency: usize) {
     println!(
         "RSS with {apps} MyApps + children cached: {:.1} MiB",
         loaded_rss as f64 / 1024.0
+    );
+    println!(
+        "operator requests in flight at once (watches excepted): at most {peak_in_flight}; watches open: {watches}"
     );
     println!("writes during a forced resync of every object: {resync_writes}");
     println!(

@@ -79,6 +79,9 @@ pub enum Error {
     #[error("failed to install the log subscriber: {0}")]
     InstallLogger(#[source] tracing_subscriber::util::TryInitError),
     // --- run ---
+    /// Neither an in-cluster service account nor a kubeconfig was found or usable.
+    #[error("failed to find the cluster's configuration (set KUBECONFIG or run in a pod): {0}")]
+    InferConfig(#[source] kube::config::InferConfigError),
     /// No cluster could be reached from the kubeconfig or the in-cluster service account.
     #[error("failed to connect to the cluster (set KUBECONFIG or run in a pod): {0}")]
     ConnectCluster(#[source] kube::Error),

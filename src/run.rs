@@ -18,11 +18,25 @@ use crate::{
     metrics::Metrics,
 };
 
+/// The `User-Agent` of every request the operator makes (kube sets none): the API server's
+/// audit log and metrics tell the operator's requests from other clients' by it.
+pub const USER_AGENT: &str = concat!("myapp-operator/", env!("CARGO_PKG_VERSION"));
+
+/// A client for the cluster found the usual way (in-cluster config, then `KUBECONFIG`).
+async fn client() -> Result<Client, Error> {
+    let mut config = kube::Config::infer().await.map_err(Error::InferConfig)?;
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(USER_AGENT),
+    ));
+    Client::try_from(config).map_err(Error::ConnectCluster)
+}
+
 /// Runs the operator until SIGTERM or Ctrl-C, then shuts down in order: readiness false ->
 /// the webhook answers for the drain delay -> stops accepting and finishes in-flight requests
 /// -> the controller stops gracefully -> the lease is released. A second signal returns at once.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let client = Client::try_default().await.map_err(Error::ConnectCluster)?;
+    let client = client().await?;
     let signals = Signals::install()?;
     let identity = args
         .leader

@@ -1,6 +1,6 @@
 //! Fault injection and the request log, driven by tests through a handle.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ struct FaultState {
     delay: Duration,
     expire_watches: usize,
     requests: VecDeque<RequestRecord>,
+    /// Per user agent: requests being served now, and the most at once since the last clear.
+    in_flight: HashMap<String, (usize, usize)>,
 }
 
 /// Shared fault state.
@@ -120,6 +122,18 @@ impl Faults {
         s.requests.push_back(record);
     }
 
+    /// Counts a request of `user_agent` as in flight until the guard drops.
+    pub(crate) fn enter(self: &Arc<Self>, user_agent: &str) -> InFlight {
+        let mut s = self.lock();
+        let (now, peak) = s.in_flight.entry(user_agent.to_owned()).or_default();
+        *now += 1;
+        *peak = (*peak).max(*now);
+        InFlight {
+            faults: self.clone(),
+            user_agent: user_agent.to_owned(),
+        }
+    }
+
     pub(crate) fn close_signal(&self) -> watch::Receiver<u64> {
         self.close_tx.subscribe()
     }
@@ -156,8 +170,36 @@ impl FaultHandle {
         self.0.lock().requests.iter().cloned().collect()
     }
 
-    /// Forgets the recorded requests.
+    /// Forgets the recorded requests, and restarts the in-flight peaks from the current counts.
     pub fn clear_requests(&self) {
-        self.0.lock().requests.clear();
+        let mut s = self.0.lock();
+        s.requests.clear();
+        for (now, peak) in s.in_flight.values_mut() {
+            *peak = *now;
+        }
+    }
+
+    /// The most requests (watches excepted) of `user_agent` served at once since the last
+    /// [`clear_requests`](Self::clear_requests): the pressure a client puts on the API server.
+    pub fn peak_in_flight(&self, user_agent: &str) -> usize {
+        self.0
+            .lock()
+            .in_flight
+            .get(user_agent)
+            .map_or(0, |(_, peak)| *peak)
+    }
+}
+
+/// A request counted as in flight (see [`Faults::enter`]).
+pub(crate) struct InFlight {
+    faults: Arc<Faults>,
+    user_agent: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some((now, _)) = self.faults.lock().in_flight.get_mut(&self.user_agent) {
+            *now = now.saturating_sub(1);
+        }
     }
 }

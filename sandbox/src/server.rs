@@ -187,6 +187,17 @@ fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Respon
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let is_watch = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    // In flight from arrival, an injected delay included; a watch is a stream, not a request.
+    let _in_flight = (!is_watch).then(|| inner.faults.enter(user_agent.as_deref().unwrap_or("")));
     let delay = inner.faults.delay();
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -202,11 +213,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         namespace: None,
         name: None,
         field_manager: query.get("fieldManager").cloned(),
-        user_agent: parts
-            .headers
-            .get(header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        user_agent,
         status: 0,
     };
     let response = match axum::body::to_bytes(body, MAX_BODY).await {

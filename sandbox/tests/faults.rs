@@ -211,3 +211,44 @@ async fn a_watch_ends_after_its_timeout_seconds() {
     assert_eq!(events[0]["object"]["metadata"]["name"], "a");
     assert!(events[0]["object"]["metadata"]["resourceVersion"].is_string());
 }
+
+#[tokio::test]
+async fn the_peak_of_requests_in_flight_is_counted_per_user_agent_without_watches() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    cms.create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    // A watch stays open throughout and is not counted.
+    let watch =
+        tokio::spawn(watcher(cms.clone(), watcher::Config::default()).for_each(|_| async {}));
+    eventually("the watch is open", || async {
+        sandbox
+            .faults()
+            .requests()
+            .iter()
+            .any(|r| r.verb == "watch")
+            .then_some(())
+    })
+    .await;
+    sandbox.faults().clear_requests();
+    sandbox
+        .faults()
+        .set_delay(std::time::Duration::from_millis(200));
+    let gets = (0..5).map(|_| cms.get("a"));
+    for got in futures::future::join_all(gets).await {
+        got.unwrap();
+    }
+    sandbox.faults().set_delay(std::time::Duration::ZERO);
+    // This client sends no User-Agent: its requests count under "".
+    assert_eq!(sandbox.faults().peak_in_flight(""), 5);
+    assert_eq!(sandbox.faults().peak_in_flight("someone-else"), 0);
+    sandbox.faults().clear_requests();
+    cms.get("a").await.unwrap();
+    assert_eq!(
+        sandbox.faults().peak_in_flight(""),
+        1,
+        "cleared, then one at a time"
+    );
+    watch.abort();
+}
