@@ -37,13 +37,26 @@ impl Drop for Reap {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// A `VmRSS`-style line of /proc/<pid>/status in KiB (`VmRSS`, `RssAnon`, `RssFile`).
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Resident memory in MiB, with its anonymous (heap, stacks) and file-backed (the binary's
+/// pages) parts.
+fn rss(pid: u32) -> String {
+    let mib = |field| status_kib(pid, field) as f64 / 1024.0;
+    format!(
+        "{:.1} MiB ({:.1} MiB anonymous, {:.1} MiB file-backed)",
+        mib("VmRSS"),
+        mib("RssAnon"),
+        mib("RssFile")
+    )
 }
 
 fn wait_for(lines: &mpsc::Receiver<String>, message: &str) -> SocketAddr {
@@ -197,7 +210,7 @@ async fn bench(apps: usize, concurrency: usize) {
     std::thread::spawn(move || lines.into_iter().for_each(drop));
     let first_answer = first_webhook_answer(webhook, started, Arc::new(tls)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle_rss = rss_kib(pid);
+    let idle_rss = rss(pid);
 
     let agent = myapp_operator::run::USER_AGENT;
     let watches = sandbox
@@ -227,7 +240,7 @@ async fn bench(apps: usize, concurrency: usize) {
     let converged_after = create_start.elapsed();
     let writes = operator_writes(&sandbox);
     let peak_in_flight = sandbox.faults().peak_in_flight(agent);
-    let loaded_rss = rss_kib(pid);
+    let loaded_rss = rss(pid);
 
     sandbox.faults().clear_requests();
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -283,7 +296,7 @@ async fn bench(apps: usize, concurrency: usize) {
     println!(
         "webhook serving (log line) after start: {serving:?}; first webhook answer after start: {first_answer:?}"
     );
-    println!("idle RSS: {:.1} MiB", idle_rss as f64 / 1024.0);
+    println!("idle RSS: {idle_rss}");
     println!(
         "created {apps} MyApps in {created:?}; all converged {converged_after:?} after the first create ({:?} after the last)",
         converged_after.saturating_sub(created)
@@ -292,10 +305,7 @@ async fn bench(apps: usize, concurrency: usize) {
         "operator writes: {writes} ({:.2} per MyApp)",
         writes as f64 / apps as f64
     );
-    println!(
-        "RSS with {apps} MyApps + children cached: {:.1} MiB",
-        loaded_rss as f64 / 1024.0
-    );
+    println!("RSS with {apps} MyApps + children cached: {loaded_rss}");
     println!(
         "operator requests in flight at once (watches excepted): at most {peak_in_flight}; watches open: {watches}"
     );
