@@ -69,15 +69,44 @@ impl<'de> Deserialize<'de> for Labels {
     }
 }
 
-/// A Deployment as cached.
-#[derive(Resource, Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+/// A Deployment as cached. Its labels and the operator's annotations are kept as pairs beside
+/// `metadata` (whose maps would cost a half-kilobyte node each); the JSON form is unchanged.
+#[derive(Resource, Clone, Debug, Default, PartialEq)]
 #[resource(inherit = Deployment)]
 pub struct CachedDeployment {
+    /// Everything but labels and annotations.
     pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// The operator's own `metadata.annotations`; others are not kept.
+    pub annotations: Labels,
     pub spec: Option<DeploymentSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<DeploymentStatus>,
+}
+
+impl<'de> Deserialize<'de> for CachedDeployment {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = Wire::<DeploymentSpec, DeploymentStatus>::deserialize(deserializer)?;
+        let (metadata, labels, annotations) = wire.metadata.split();
+        Ok(Self {
+            metadata,
+            labels,
+            annotations,
+            spec: wire.spec,
+            status: wire.status,
+        })
+    }
+}
+
+impl Serialize for CachedDeployment {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireRef {
+            metadata: WireMetaRef::new(&self.metadata, &self.labels, &self.annotations),
+            spec: &self.spec,
+            status: &self.status,
+        }
+        .serialize(serializer)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -177,13 +206,104 @@ pub struct DeploymentCondition {
     pub last_transition_time: Option<Time>,
 }
 
-/// A Service as cached.
-#[derive(Resource, Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+/// A Service as cached, metadata kept as for [`CachedDeployment`]; its status is not kept.
+#[derive(Resource, Clone, Debug, Default, PartialEq)]
 #[resource(inherit = Service)]
 pub struct CachedService {
+    /// Everything but labels and annotations.
     pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// The operator's own `metadata.annotations`; others are not kept.
+    pub annotations: Labels,
     pub spec: Option<ServiceSpec>,
+}
+
+impl<'de> Deserialize<'de> for CachedService {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = Wire::<ServiceSpec, serde::de::IgnoredAny>::deserialize(deserializer)?;
+        let (metadata, labels, annotations) = wire.metadata.split();
+        Ok(Self {
+            metadata,
+            labels,
+            annotations,
+            spec: wire.spec,
+        })
+    }
+}
+
+impl Serialize for CachedService {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireRef::<_, ()> {
+            metadata: WireMetaRef::new(&self.metadata, &self.labels, &self.annotations),
+            spec: &self.spec,
+            status: &None,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// A cached child as the API sends it.
+#[derive(Deserialize)]
+struct Wire<S, T> {
+    metadata: WireMeta,
+    #[serde(default)]
+    spec: Option<S>,
+    #[serde(default)]
+    status: Option<T>,
+}
+
+#[derive(Deserialize)]
+struct WireMeta {
+    #[serde(default)]
+    labels: Option<Labels>,
+    #[serde(default)]
+    annotations: Option<Labels>,
+    /// The other fields (serde hands it every key not named above).
+    #[serde(flatten)]
+    rest: ObjectMeta,
+}
+
+impl WireMeta {
+    fn split(mut self) -> (ObjectMeta, Labels, Labels) {
+        self.rest.managed_fields = None;
+        let mut annotations = self.annotations.unwrap_or_default();
+        annotations
+            .0
+            .retain(|(k, _)| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
+        annotations.0.shrink_to_fit();
+        (self.rest, self.labels.unwrap_or_default(), annotations)
+    }
+}
+
+/// A cached child serialized in the API's shape, for comparing with what would be applied.
+#[derive(Serialize)]
+struct WireRef<'a, S, T> {
+    metadata: WireMetaRef<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: &'a Option<S>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: &'a Option<T>,
+}
+
+#[derive(Serialize)]
+struct WireMetaRef<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a Labels>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a Labels>,
+    #[serde(flatten)]
+    rest: &'a ObjectMeta,
+}
+
+impl<'a> WireMetaRef<'a> {
+    fn new(rest: &'a ObjectMeta, labels: &'a Labels, annotations: &'a Labels) -> Self {
+        Self {
+            labels: (!labels.0.is_empty()).then_some(labels),
+            annotations: (!annotations.0.is_empty()).then_some(annotations),
+            rest,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -209,17 +329,6 @@ pub struct ServicePort {
     pub protocol: Option<String>,
 }
 
-/// Drops from a cached object's metadata what nothing reads: `managedFields` (often most of
-/// an object) and annotations other than the operator's own (the Deployment controller's
-/// revision, `kubectl apply`'s copy of the whole object).
-pub fn slim_metadata<K: Resource>(object: &mut K) {
-    let meta = object.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +347,45 @@ mod tests {
             r#"{"a":"1","b":"3"}"#
         );
         assert!(serde_json::from_str::<Labels>(r#"{"a": 1}"#).is_err());
+    }
+
+    #[test]
+    fn a_cached_child_keeps_labels_and_our_annotations_beside_its_metadata() {
+        let json = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {
+                "name": "web", "namespace": "shop", "resourceVersion": "7",
+                "labels": {"app.kubernetes.io/name": "myapp", "team": "a"},
+                "annotations": {APPLIED_DIGEST_ANNOTATION: "abc", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "managedFields": [{"manager": "kubectl"}],
+                "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MyApp", "name": "web", "uid": "u1"}],
+            },
+            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {}},
+        });
+        let cached: CachedService = serde_json::from_value(json).unwrap();
+        assert_eq!(cached.metadata.labels, None);
+        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(cached.labels.get("team"), Some("a"));
+        assert_eq!(
+            cached.annotations.0,
+            [(APPLIED_DIGEST_ANNOTATION.to_owned(), "abc".to_owned())]
+        );
+        assert_eq!(
+            cached.metadata.owner_references.as_ref().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(
+            serde_json::to_value(&cached).unwrap(),
+            serde_json::json!({
+                "metadata": {
+                    "name": "web", "namespace": "shop", "resourceVersion": "7",
+                    "labels": {"app.kubernetes.io/name": "myapp", "team": "a"},
+                    "annotations": {APPLIED_DIGEST_ANNOTATION: "abc"},
+                    "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MyApp", "name": "web", "uid": "u1"}],
+                },
+                "spec": {"type": "ClusterIP", "ports": [{"port": 80}]},
+            })
+        );
     }
 }

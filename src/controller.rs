@@ -30,7 +30,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
-    cache::{self, CachedDeployment, CachedService},
+    cache::{CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
     metrics::{Metrics, ResultLabels},
     recent::{RecentWrites, Waiting},
@@ -138,14 +138,12 @@ pub async fn run(
         children_config.clone(),
     )
     .default_backoff()
-    .modify(cache::slim_metadata)
     .reflect(deployments_writer)
     .touched_objects();
 
     let (services, services_writer) = reflector::store::<CachedService>();
     let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
-        .modify(cache::slim_metadata)
         .reflect(services_writer)
         .touched_objects();
 
@@ -481,10 +479,7 @@ impl Context {
 /// is first applied by a second manager, which keeps owning it until the MyApp sets it again.
 fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<i32> {
     let observed = observed?;
-    let we_set_it = observed
-        .annotations()
-        .get(resources::REPLICAS_ANNOTATION)
-        .is_some_and(|v| v == "true");
+    let we_set_it = observed.annotations.get(resources::REPLICAS_ANNOTATION) == Some("true");
     (app.spec.replicas.is_none() && we_set_it)
         .then(|| observed.spec.as_ref().and_then(|s| s.replicas))
         .flatten()

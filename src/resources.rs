@@ -567,8 +567,7 @@ mod tests {
                             "lastUpdateTime": "2027-01-15T08:00:00Z",
                             "lastTransitionTime": "2027-01-15T08:00:00Z"}],
         });
-        let mut slim: CachedDeployment = cached(&observed);
-        crate::cache::slim_metadata(&mut slim);
+        let slim: CachedDeployment = cached(&observed);
         assert!(
             is_applied(&desired, &slim),
             "the cache dropped an applied field"
