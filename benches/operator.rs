@@ -8,11 +8,13 @@
 //! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
 //! profiler (`heaptrack -o /tmp/operator`).
 
+#[path = "../tests/support/process.rs"]
+mod process;
+
 use std::{
-    io::{BufRead, BufReader},
     net::SocketAddr,
-    process::{Child, Command, Stdio},
-    sync::{Arc, mpsc},
+    process::{Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -26,16 +28,8 @@ use myapp_operator::{
     crd::{MyApp, MyAppSpec},
     resources,
 };
+use process::{Reap, log_lines, wait_for_addr};
 use serde_json::json;
-
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A `VmRSS`-style line of /proc/<pid>/status in KiB (`VmRSS`, `RssAnon`, `RssFile`).
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -57,19 +51,6 @@ fn rss(pid: u32) -> String {
         mib("RssAnon"),
         mib("RssFile")
     )
-}
-
-fn wait_for(lines: &mpsc::Receiver<String>, message: &str) -> SocketAddr {
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("operator log line");
-        if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
-            && entry["message"] == message
-        {
-            return entry["addr"].as_str().unwrap().parse().unwrap();
-        }
-    }
 }
 
 fn app(i: usize) -> MyApp {
@@ -195,17 +176,10 @@ async fn bench(apps: usize, concurrency: usize) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let output = BufReader::new(child.stderr.take().unwrap());
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        output
-            .lines()
-            .map_while(Result::ok)
-            .for_each(|l| drop(tx.send(l)))
-    });
+    let lines = log_lines(&mut child);
     let child = Reap(child);
     let pid = child.0.id();
-    let webhook = wait_for(&lines, "Webhook serving");
+    let webhook = wait_for_addr(&lines, "Webhook serving");
     let serving = started.elapsed();
     std::thread::spawn(move || lines.into_iter().for_each(drop));
     let first_answer = first_webhook_answer(webhook, started, Arc::new(tls)).await;

@@ -1,6 +1,6 @@
-//! What the operator caches of its children: partial typed objects holding only the fields
+//! What the watch caches keep. Children are partial typed objects holding only the fields
 //! [`crate::resources`] applies (so [`crate::resources::is_applied`] can compare) and the status
-//! fields [`crate::resources::Rollout`] reads.
+//! fields [`crate::resources::Rollout`] reads; MyApps lose what nothing reads ([`slim_myapp`]).
 //!
 //! The watch caches hold one of each child per MyApp, so their size is the operator's memory.
 //! A k8s-openapi `Deployment` is 2.4 KB inline and each `Container` another 2.1 KB before any
@@ -19,7 +19,10 @@ use k8s_openapi::{
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::resources::{APPLIED_DIGEST_ANNOTATION, REPLICAS_ANNOTATION};
+use crate::{
+    crd::MyApp,
+    resources::{APPLIED_DIGEST_ANNOTATION, REPLICAS_ANNOTATION},
+};
 
 /// A label map as a sorted list of pairs. A `BTreeMap` allocates a half-kilobyte node for even
 /// one entry, and the selectors and template labels here hold two or three.
@@ -241,6 +244,15 @@ impl Serialize for CachedService {
         }
         .serialize(serializer)
     }
+}
+
+/// Drops from a cached MyApp what the operator never reads: its labels and annotations
+/// (`kubectl apply` keeps a whole copy of the object in one) and `managedFields`.
+pub fn slim_myapp(app: &mut MyApp) {
+    let meta = &mut app.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
 }
 
 /// A cached child as the API sends it.

@@ -30,7 +30,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
-    cache::{CachedDeployment, CachedService},
+    cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
     metrics::{Metrics, ResultLabels},
     recent::{RecentWrites, Waiting},
@@ -126,7 +126,7 @@ pub async fn run(
     let (apps, apps_writer) = reflector::store::<MyApp>();
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
         .default_backoff()
-        .modify(resources::slim_myapp)
+        .modify(cache::slim_myapp)
         .reflect(apps_writer)
         .applied_objects()
         // Status-only changes (our own status writes among them) do not trigger a reconcile.

@@ -55,7 +55,7 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
     /// yet. A cache past the replaced version ends the entry.
     pub fn unseen(&self, key: &K, cached: Option<&str>) -> Option<V> {
         let mut entries = self.lock();
-        let entry = entries.get(key, self.ttl)?;
+        let (_, entry) = entries.get(key, self.ttl)?;
         if entry.replaced.as_deref() == cached {
             return Some(entry.written.clone());
         }
@@ -100,9 +100,7 @@ impl<K: Eq + Hash> Waiting<K> {
 
     /// How long `key` has been waiting, if it is.
     pub fn elapsed(&self, key: &K) -> Option<Duration> {
-        let mut since = self.lock();
-        since.get(key, self.ttl)?;
-        since.map.get(key).map(|(at, ())| at.elapsed())
+        self.lock().get(key, self.ttl).map(|(at, ())| at.elapsed())
     }
 
     /// `key` no longer waits.
@@ -143,13 +141,13 @@ impl<K: Eq + Hash, V> Timed<K, V> {
         self.map.insert(key, (Instant::now(), value));
     }
 
-    /// The live entry under `key`; an expired one is removed.
-    fn get(&mut self, key: &K, ttl: Duration) -> Option<&V> {
+    /// The live entry under `key` and when it was inserted; an expired one is removed.
+    fn get(&mut self, key: &K, ttl: Duration) -> Option<&(Instant, V)> {
         if self.map.get(key)?.0.elapsed() >= ttl {
             self.remove(key);
             return None;
         }
-        self.map.get(key).map(|(_, v)| v)
+        self.map.get(key)
     }
 
     fn remove(&mut self, key: &K) {

@@ -213,17 +213,6 @@ fn contains(observed: &Value, desired: &Value) -> bool {
     }
 }
 
-// === cache slimming ===
-
-/// Drops from a cached MyApp what the operator never reads: its labels and annotations
-/// (`kubectl apply` keeps a whole copy of the object in one) and `managedFields`.
-pub fn slim_myapp(app: &mut MyApp) {
-    let meta = &mut app.metadata;
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.labels = None;
-}
-
 // === status ===
 
 /// What the observed Deployment says, reduced to what status needs.

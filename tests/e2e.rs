@@ -3,8 +3,11 @@
 
 #[path = "support/converge.rs"]
 mod converge;
+#[path = "support/operator.rs"]
+mod operator;
 
 use converge::{converged, eventually};
+use operator::Operator;
 
 use std::time::Duration;
 
@@ -16,30 +19,12 @@ use kube::{
 use kube_sandbox::WriteFault;
 use myapp_operator::{
     admission::AdmissionConfig,
-    cli::LeaderArgs,
-    controller,
     crd::{EnvVar, MyApp, MyAppSpec, Phase},
     dev::{Environment, Options},
-    run::{self, Parts},
 };
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
-
-struct Operator {
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-    parts: Parts,
-}
-
-impl Operator {
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.expect("controller task");
-    }
-}
 
 async fn environment(default_env: &[(&str, &str)]) -> (Environment, tempfile::TempDir) {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -63,39 +48,13 @@ async fn environment(default_env: &[(&str, &str)]) -> (Environment, tempfile::Te
     )
 }
 
-fn config(resync: Duration) -> controller::Config {
-    controller::Config {
-        resync,
-        backoff_base: Duration::from_millis(50),
-        backoff_cap: Duration::from_secs(2),
-        reconcile_timeout: Duration::from_secs(10),
-        ..controller::Config::default()
-    }
-}
-
 async fn start_operator(
     env: &Environment,
     identity: &str,
     elect: bool,
     resync: Duration,
 ) -> Operator {
-    let stop = CancellationToken::new();
-    let parts = Parts::new();
-    let leader = LeaderArgs {
-        leader_elect: elect,
-        lease_name: "myapp-operator".into(),
-        lease_namespace: "myapp-system".into(),
-        identity: Some(identity.into()),
-    };
-    let task = tokio::spawn(run::reconcile_while_leading(
-        env.client().await.unwrap(),
-        config(resync),
-        leader,
-        identity.into(),
-        parts.clone(),
-        stop.clone(),
-    ));
-    Operator { stop, task, parts }
+    Operator::start(env.client().await.unwrap(), identity, elect, resync)
 }
 
 fn app(name: &str, replicas: Option<i32>) -> MyApp {

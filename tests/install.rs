@@ -9,8 +9,11 @@
 
 #[path = "support/converge.rs"]
 mod converge;
+#[path = "support/operator.rs"]
+mod operator;
 
 use converge::eventually;
+use operator::Operator;
 
 #[path = "../sandbox/tests/support/kubectl.rs"]
 mod kubectl;
@@ -33,10 +36,7 @@ use kube_sandbox::{Sandbox, admission::ServiceRef};
 use myapp_operator::{
     admission::AdmissionConfig,
     certs,
-    cli::LeaderArgs,
-    controller,
     crd::{EnvVar, MyApp, Phase},
-    run::{self, Parts},
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -269,23 +269,12 @@ async fn the_whole_deploy_directory_installs_admits_rejects_and_reconciles() {
     );
 
     // The operator as the Deployment runs it: leader election on, Lease in its namespace.
-    let controller = tokio::spawn(run::reconcile_while_leading(
+    let operator = Operator::start(
         client.clone(),
-        controller::Config {
-            backoff_base: Duration::from_millis(50),
-            backoff_cap: Duration::from_secs(2),
-            ..controller::Config::default()
-        },
-        LeaderArgs {
-            leader_elect: true,
-            lease_name: "myapp-operator".into(),
-            lease_namespace: "myapp-system".into(),
-            identity: Some("install-test".into()),
-        },
-        "install-test".into(),
-        Parts::new(),
-        stop.clone(),
-    ));
+        "install-test",
+        true,
+        Duration::from_secs(300),
+    );
 
     for (file, expected) in INVALID {
         let example = repo("deploy/examples").join(file);
@@ -326,7 +315,7 @@ async fn the_whole_deploy_directory_installs_admits_rejects_and_reconciles() {
     // With the webhook down (failurePolicy Fail), a label-only update still goes through
     // (the matchConditions leave it out of the chain) while a spec change is refused.
     stop.cancel();
-    controller.await.expect("controller task");
+    operator.stop().await;
     let _ = webhook.wait().await;
     kubectl
         .ok(&["label", "myapp", "web", "tier=frontend"])

@@ -10,8 +10,11 @@
 
 #[path = "support/converge.rs"]
 mod converge;
+#[path = "support/operator.rs"]
+mod operator;
 
 use converge::{converged, eventually};
+use operator::Operator;
 
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
@@ -28,14 +31,10 @@ use kube::{
 };
 use kube_sandbox::RequestRecord;
 use myapp_operator::{
-    cli::LeaderArgs,
-    controller,
     crd::{EnvVar, MyApp, MyAppSpec, Phase},
     dev::{Environment, Options},
-    run::{self, Parts},
 };
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
 const OPERATOR_AGENT: &str = "myapp-operator/rbac-test";
@@ -153,24 +152,12 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
     let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
         .await
         .expect("environment starts");
-    let stop = CancellationToken::new();
-    let controller = tokio::spawn(run::reconcile_while_leading(
+    let operator = Operator::start(
         operator_client(&env).await,
-        controller::Config {
-            backoff_base: Duration::from_millis(50),
-            backoff_cap: Duration::from_secs(2),
-            ..controller::Config::default()
-        },
-        LeaderArgs {
-            leader_elect: true,
-            lease_name: "myapp-operator".into(),
-            lease_namespace: "myapp-system".into(),
-            identity: Some("rbac".into()),
-        },
-        "rbac".into(),
-        Parts::new(),
-        stop.clone(),
-    ));
+        "rbac",
+        true,
+        Duration::from_secs(300),
+    );
 
     let client = env.client().await.unwrap();
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);
@@ -245,8 +232,7 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
     .await;
 
     // Stopping releases the Lease (a get and an update).
-    stop.cancel();
-    controller.await.expect("controller task");
+    operator.stop().await;
     let requests = env.sandbox.faults().requests();
     env.shutdown().await;
     let operator: Vec<&RequestRecord> = requests

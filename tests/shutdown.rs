@@ -1,7 +1,9 @@
 //! `myapp-operator run` as a child process: SIGTERM while webhook requests stream in.
 
+#[path = "support/process.rs"]
+mod process;
+
 use std::{
-    io::{BufRead, BufReader},
     net::SocketAddr,
     process::{Command, Stdio},
     sync::{
@@ -20,6 +22,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use myapp_operator::crd::MyApp;
+use process::{Reap, log_lines, wait_for_addr};
 use serde_json::json;
 use tokio::net::TcpStream;
 
@@ -54,31 +57,6 @@ fn review(uid: u64) -> Bytes {
         "name": "web", "namespace": "default", "operation": "CREATE", "userInfo": {"username": "test"},
         "object": object, "oldObject": null, "dryRun": false}});
     Bytes::from(serde_json::to_vec(&review).unwrap())
-}
-
-/// Waits for the JSON log line with `message` from the child, returning its `addr` field.
-fn wait_for_addr(lines: &std::sync::mpsc::Receiver<String>, message: &str) -> SocketAddr {
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("the operator never logged {message:?}"));
-        let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if entry["message"] == message {
-            return entry["addr"].as_str().unwrap().parse().unwrap();
-        }
-    }
-}
-
-/// Kills the child if the test fails half-way.
-struct Reap(std::process::Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -120,15 +98,7 @@ async fn sigterm_drops_no_webhook_request_and_exits_zero() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start myapp-operator run");
-    let output = BufReader::new(child.stderr.take().unwrap());
-    let (tx, lines) = std::sync::mpsc::channel();
-    // Keeps draining the child's output so it never blocks on a full pipe.
-    std::thread::spawn(move || {
-        output
-            .lines()
-            .map_while(Result::ok)
-            .for_each(|l| drop(tx.send(l)))
-    });
+    let lines = log_lines(&mut child);
     let child = Reap(child);
     let admin = wait_for_addr(&lines, "Admin server listening");
     let webhook = wait_for_addr(&lines, "Webhook serving");
