@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{Future, StreamExt};
+use futures::{Future, StreamExt, TryStreamExt, future};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -23,7 +23,6 @@ use kube::{
         Controller, WatchStreamExt,
         controller::{self, Action},
         events::{Event, EventType, Recorder, Reporter},
-        predicates,
         reflector::{self, ObjectRef, Store},
         watcher,
     },
@@ -132,9 +131,8 @@ pub async fn run(
         .default_backoff()
         .modify(cache::slim_myapp)
         .reflect(apps_writer)
-        .applied_objects()
-        // Status-only changes (our own status writes among them) do not trigger a reconcile.
-        .predicate_filter(predicates::generation, Default::default());
+        .try_filter(|event| future::ready(needs_reconcile(event)))
+        .applied_objects();
 
     let (deployments, deployments_writer) = reflector::store::<CachedDeployment>();
     let deployment_events = watcher(
@@ -198,6 +196,24 @@ pub async fn run(
         })
         .await;
     info!("Controller stopped");
+}
+
+/// Whether a MyApp watch event triggers a reconcile. A change is one only while the status does
+/// not report the current generation, so status-only changes (our own status writes among them)
+/// do not trigger, while a new or edited spec does. Every object of a (re)list does: after a
+/// restart of the watch nothing is assumed about what happened meanwhile.
+///
+/// This is kube's `predicates::generation` without its memory: that one remembers the last
+/// generation of every object (a key of four strings each), where the object itself says which
+/// generation was reconciled last.
+fn needs_reconcile(event: &watcher::Event<MyApp>) -> bool {
+    match event {
+        watcher::Event::Apply(app) => {
+            let observed = app.status.as_ref().and_then(|s| s.observed_generation);
+            observed.is_none() || observed != app.metadata.generation
+        }
+        _ => true,
+    }
 }
 
 /// Brings one MyApp's children and status in line with its spec.
@@ -547,6 +563,36 @@ mod tests {
                 "attempt {attempt}: {d} ms, nominal {nominal}"
             );
         }
+    }
+
+    #[test]
+    fn only_an_unreported_generation_or_a_relist_triggers_a_reconcile() {
+        let app = |generation: i64, observed: Option<i64>| {
+            let mut app = MyApp::new(
+                "web",
+                MyAppSpec {
+                    replicas: None,
+                    image: "nginx".into(),
+                    port: 80,
+                    env: vec![],
+                },
+            );
+            app.metadata.generation = Some(generation);
+            app.status = observed.map(|g| crate::crd::MyAppStatus {
+                observed_generation: Some(g),
+                ..Default::default()
+            });
+            app
+        };
+        use watcher::Event::{Apply, Delete, InitApply};
+        assert!(needs_reconcile(&Apply(app(1, None))), "new, never reported");
+        assert!(needs_reconcile(&Apply(app(2, Some(1)))), "spec edited");
+        assert!(
+            !needs_reconcile(&Apply(app(2, Some(2)))),
+            "status-only change, our own status write among them"
+        );
+        assert!(needs_reconcile(&InitApply(app(2, Some(2)))), "relist");
+        assert!(needs_reconcile(&Delete(app(2, Some(2)))));
     }
 
     #[test]
