@@ -11,23 +11,131 @@
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
-    apimachinery::pkg::{
-        apis::meta::v1::{ObjectMeta, Time},
-        util::intstr::IntOrString,
-    },
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
+use std::borrow::Cow;
+
 use crate::{
     crd::MyApp,
-    resources::{APPLIED_DIGEST_ANNOTATION, REPLICAS_ANNOTATION},
+    resources::{
+        APP_NAME, APPLIED_DIGEST_ANNOTATION, FIELD_MANAGER, PORT_NAME, REPLICAS_ANNOTATION,
+    },
 };
+
+/// A string read from the API. The ones the operator writes on every child (label keys and
+/// values, annotation keys, `TCP`, `http`) and the ones the Deployment controller writes
+/// (condition types, statuses and reasons) are shared statics, not one allocation per object:
+/// with 10,000 MyApps cached, that is about 25 allocations fewer per MyApp.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Str(Cow<'static, str>);
+
+/// The strings [`Str`] shares. Anything else is kept as read.
+const KNOWN: &[&str] = &[
+    // What the operator writes (see `resources`).
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    APP_NAME,
+    FIELD_MANAGER,
+    APPLIED_DIGEST_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    "true",
+    PORT_NAME,
+    "TCP",
+    "ClusterIP",
+    // What the Deployment controller writes in its conditions.
+    "Available",
+    "Progressing",
+    "ReplicaFailure",
+    "True",
+    "False",
+    "Unknown",
+    "MinimumReplicasAvailable",
+    "MinimumReplicasUnavailable",
+    "NewReplicaSetAvailable",
+    "NewReplicaSetCreated",
+    "FoundNewReplicaSet",
+    "ReplicaSetUpdated",
+    "ProgressDeadlineExceeded",
+];
+
+impl Str {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn known(s: &str) -> Option<Self> {
+        KNOWN
+            .iter()
+            .find(|known| **known == s)
+            .map(|known| Self(Cow::Borrowed(known)))
+    }
+}
+
+impl std::ops::Deref for Str {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Str {
+    fn from(s: &str) -> Self {
+        Self::known(s).unwrap_or_else(|| Self(Cow::Owned(s.to_owned())))
+    }
+}
+
+impl From<String> for Str {
+    fn from(s: String) -> Self {
+        Self::known(&s).unwrap_or(Self(Cow::Owned(s)))
+    }
+}
+
+impl PartialEq<str> for Str {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Str {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for Str {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Str {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Str;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Str, E> {
+                Ok(Str::from(s))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Str, E> {
+                Ok(Str::from(s))
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
 
 /// A label map as a sorted list of pairs. A `BTreeMap` allocates a half-kilobyte node for even
 /// one entry, and the selectors and template labels here hold two or three.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Labels(pub Vec<(String, String)>);
+pub struct Labels(pub Vec<(Str, Str)>);
 
 impl Labels {
     /// The value of `key`.
@@ -41,7 +149,7 @@ impl Labels {
 
 impl Serialize for Labels {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 }
 
@@ -58,7 +166,7 @@ impl<'de> Deserialize<'de> for Labels {
                 mut map: A,
             ) -> Result<Labels, A::Error> {
                 let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some(pair) = map.next_entry::<String, String>()? {
+                while let Some(pair) = map.next_entry::<Str, Str>()? {
                     pairs.push(pair);
                 }
                 // As a map would: sorted, the last of duplicate keys wins.
@@ -168,10 +276,10 @@ pub struct Container {
 #[serde(rename_all = "camelCase")]
 pub struct ContainerPort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub name: Option<Str>,
     pub container_port: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<String>,
+    pub protocol: Option<Str>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -201,10 +309,10 @@ pub struct DeploymentStatus {
 #[serde(rename_all = "camelCase")]
 pub struct DeploymentCondition {
     #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
+    pub type_: Str,
+    pub status: Str,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Str>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
 }
@@ -279,6 +387,8 @@ struct WireMeta {
 impl WireMeta {
     fn split(mut self) -> (ObjectMeta, Labels, Labels) {
         self.rest.managed_fields = None;
+        // Never read, and kube's store would copy it into the object's key.
+        self.rest.uid = None;
         let mut annotations = self.annotations.unwrap_or_default();
         annotations
             .0
@@ -322,7 +432,7 @@ impl<'a> WireMetaRef<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub type_: Option<String>,
+    pub type_: Option<Str>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Labels>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -333,17 +443,56 @@ pub struct ServiceSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ServicePort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub name: Option<Str>,
     pub port: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_port: Option<IntOrString>,
+    pub target_port: Option<TargetPort>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<String>,
+    pub protocol: Option<Str>,
+}
+
+/// A Service's `targetPort`: a number or a container port's name (`IntOrString`, with the
+/// name a [`Str`]).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TargetPort {
+    Number(i32),
+    Name(Str),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strings_the_operator_writes_are_shared_others_kept_as_read() {
+        let json = r#"["app.kubernetes.io/instance", "TCP", "web-1", "T\u0043P", "tcp"]"#;
+        let parsed: Vec<Str> = serde_json::from_str(json).unwrap();
+        let shared: Vec<bool> = parsed
+            .iter()
+            .map(|s| matches!(s.0, Cow::Borrowed(_)))
+            .collect();
+        assert_eq!(
+            shared,
+            [true, true, false, true, false],
+            "escaped text is matched too; case matters"
+        );
+        assert_eq!(parsed[2], "web-1");
+        assert_eq!(
+            serde_json::to_string(&parsed).unwrap(),
+            r#"["app.kubernetes.io/instance","TCP","web-1","TCP","tcp"]"#
+        );
+    }
+
+    #[test]
+    fn a_target_port_is_a_number_or_a_name() {
+        let ports: Vec<TargetPort> = serde_json::from_str(r#"[8080, "http"]"#).unwrap();
+        assert_eq!(
+            ports,
+            [TargetPort::Number(8080), TargetPort::Name(PORT_NAME.into())]
+        );
+        assert_eq!(serde_json::to_string(&ports).unwrap(), r#"[8080,"http"]"#);
+    }
 
     #[test]
     fn labels_read_and_write_as_a_json_map() {
@@ -381,7 +530,7 @@ mod tests {
         assert_eq!(cached.labels.get("team"), Some("a"));
         assert_eq!(
             cached.annotations.0,
-            [(APPLIED_DIGEST_ANNOTATION.to_owned(), "abc".to_owned())]
+            [(APPLIED_DIGEST_ANNOTATION.into(), "abc".into())]
         );
         assert_eq!(
             cached.metadata.owner_references.as_ref().map(Vec::len),
