@@ -200,7 +200,8 @@ async fn bench(apps: usize, concurrency: usize) {
         .for_each_concurrent(32, |i| {
             let load = load.clone();
             async move {
-                load.create(&PostParams::default(), &app(i)).await.unwrap();
+                let created = load.create(&PostParams::default(), &app(i)).await;
+                created.unwrap_or_else(|e| panic!("creating MyApp load/app-{i}: {e}"));
             }
         })
         .await;
@@ -226,10 +227,8 @@ async fn bench(apps: usize, concurrency: usize) {
         .for_each_concurrent(32, |i| {
             let baseline = baseline.clone();
             async move {
-                baseline
-                    .create(&PostParams::default(), &app(i))
-                    .await
-                    .unwrap();
+                let created = baseline.create(&PostParams::default(), &app(i)).await;
+                created.unwrap_or_else(|e| panic!("creating MyApp baseline/app-{i}: {e}"));
             }
         })
         .await;
@@ -251,14 +250,17 @@ async fn bench(apps: usize, concurrency: usize) {
                 Api::<Deployment>::namespaced(client.clone(), "baseline")
                     .patch(&name, &apply, &Patch::Apply(resources::deployment(&a)))
                     .await
-                    .unwrap();
+                    .unwrap_or_else(|e| panic!("loader: applying Deployment {name}: {e}"));
                 Api::<Service>::namespaced(client.clone(), "baseline")
                     .patch(&name, &apply, &Patch::Apply(resources::service(&a)))
                     .await
-                    .unwrap();
+                    .unwrap_or_else(|e| panic!("loader: applying Service {name}: {e}"));
                 let status = json!({"apiVersion": "example.com/v1", "kind": "MyApp",
                                     "status": resources::status(&a, None, k8s_openapi::jiff::Timestamp::now())});
-                Api::<MyApp>::namespaced(client, "baseline").patch_status(&name, &apply, &Patch::Apply(&status)).await.unwrap();
+                Api::<MyApp>::namespaced(client, "baseline")
+                    .patch_status(&name, &apply, &Patch::Apply(&status))
+                    .await
+                    .unwrap_or_else(|e| panic!("loader: applying status {name}: {e}"));
             }
         })
         .await;
