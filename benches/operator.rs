@@ -3,8 +3,8 @@
 //! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time to
 //! a webhook answer after process start, idle RSS, create and convergence times for APPS
 //! MyApps, the operator's writes per MyApp and its peak requests in flight, RSS with everything
-//! cached, writes during a forced resync, and the rate of a no-op loader issuing the same writes
-//! through the same sandbox.
+//! cached, writes during a forced resync, time, RSS and writes of a forced relist of every
+//! watch, and the rate of a no-op loader issuing the same writes through the same sandbox.
 //! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
 //! profiler (`heaptrack -o /tmp/operator`).
 
@@ -100,6 +100,18 @@ fn operator_writes(sandbox: &kube_sandbox::Sandbox) -> usize {
         .iter()
         .filter(|r| r.field_manager.as_deref() == Some(resources::FIELD_MANAGER) && r.verb != "get")
         .count()
+}
+
+/// Whether each of the operator's `watches` has been restarted by a list since the requests
+/// were cleared: its first watch gets 410, it lists, and its second watch resumes the stream.
+fn relisted(sandbox: &kube_sandbox::Sandbox, agent: &str, watches: usize) -> bool {
+    let mut watched = std::collections::HashMap::<String, usize>::new();
+    for r in sandbox.faults().requests() {
+        if r.user_agent.as_deref() == Some(agent) && r.verb == "watch" {
+            *watched.entry(r.resource.unwrap_or_default()).or_default() += 1;
+        }
+    }
+    watched.len() == watches && watched.values().all(|&n| n >= 2)
 }
 
 fn main() {
@@ -221,6 +233,24 @@ async fn bench(apps: usize, concurrency: usize) {
     tokio::time::sleep(Duration::from_secs(12)).await;
     let resync_writes = operator_writes(&sandbox);
 
+    // A relist of every watch, as after an API server restart: each resumes, gets 410 Gone and
+    // lists again (the reflector holds a second copy of its cache until the list is done), and
+    // every MyApp is reconciled once more.
+    sandbox.faults().clear_requests();
+    for _ in 0..watches {
+        sandbox.faults().expire_next_watch();
+    }
+    sandbox.faults().close_watches();
+    let relist_start = Instant::now();
+    while !relisted(&sandbox, agent, watches) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let relisted_after = relist_start.elapsed();
+    let relist_peak_rss = rss(pid);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let relist_writes = operator_writes(&sandbox);
+    let relisted_rss = rss(pid);
+
     // Baseline: the same three writes per MyApp, issued directly with the same concurrency.
     let baseline = Api::<MyApp>::namespaced(client.clone(), "baseline");
     stream::iter(0..apps)
@@ -286,6 +316,9 @@ async fn bench(apps: usize, concurrency: usize) {
         "operator requests in flight at once (watches excepted): at most {peak_in_flight}; watches open: {watches}"
     );
     println!("writes during a forced resync of every object: {resync_writes}");
+    println!(
+        "forced relist of every watch: done after {relisted_after:?}, RSS then {relist_peak_rss}; 5 s later {relisted_rss}; writes {relist_writes}"
+    );
     println!(
         "no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",
         operator_rate / loader_rate

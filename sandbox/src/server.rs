@@ -1445,7 +1445,12 @@ async fn patch_object(
     for _ in 0..WRITE_RETRIES {
         let Some(old) = read_current(ctx) else {
             if kind == PatchKind::Apply && ctx.path.sub.is_none() {
-                let created = create(ctx, patch_doc.clone()).await?;
+                let created = match create(ctx, patch_doc.clone()).await {
+                    // Created by another writer since it was read: apply to that object, as
+                    // the API server's storage retries an update that loses a create race.
+                    Err(e) if e.reason == "AlreadyExists" => continue,
+                    created => created?,
+                };
                 remember_apply(ctx, &sub, &manager, &patch_doc);
                 return Ok((StatusCode::CREATED, created));
             }

@@ -356,6 +356,37 @@ async fn server_side_apply_drops_fields_the_manager_stopped_applying() {
     assert_eq!(data.get("other").map(String::as_str), Some("x"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_applies_that_create_the_same_object_all_succeed() {
+    // Two appliers that both find no object both try to create it; the loser applies to the
+    // winner's object instead (the API server's storage retries the same way), never 409.
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let names: Vec<String> = (0..200).map(|i| format!("c-{i}")).collect();
+    let appliers = (0..8).map(|applier| {
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        let names = names.clone();
+        tokio::spawn(async move {
+            let pp = PatchParams::apply(&format!("applier-{applier}")).force();
+            for name in &names {
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name}, "data": {format!("k{applier}"): "v"}});
+                cms.patch(name, &pp, &Patch::Apply(cm))
+                    .await
+                    .unwrap_or_else(|e| panic!("applier-{applier} applying {name}: {e}"));
+            }
+        })
+    });
+    for applier in futures::future::join_all(appliers).await {
+        applier.unwrap();
+    }
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    for name in &names {
+        let data = cms.get(name).await.unwrap().data.unwrap_or_default();
+        assert_eq!(data.len(), 8, "{name} holds every applier's key: {data:?}");
+    }
+}
+
 #[tokio::test]
 async fn simulated_deployment_controller_writes_rollout_status_and_can_fail() {
     let sandbox = Sandbox::builder()
