@@ -24,6 +24,7 @@ use kube::{
         controller::{self, Action},
         events::{Event, EventType, Recorder, Reporter},
         reflector::{self, ObjectRef, Store},
+        utils::Backoff,
         watcher,
     },
 };
@@ -182,6 +183,7 @@ pub async fn run(
     Controller::for_stream(app_events, apps)
         .owns_stream(deployment_events)
         .owns_stream(service_events)
+        .trigger_backoff(EachWatchBacksOff)
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -196,6 +198,26 @@ pub async fn run(
         })
         .await;
     info!("Controller stopped");
+}
+
+/// The Controller's backoff on watch errors, off: each watch above backs off on its own.
+///
+/// kube's default pauses the merged stream of all three watches whenever any one of them errs,
+/// on top of that watch's own backoff, so one watch's 410 stalls the other two and their
+/// caches, and the pauses grow with each error. A forced relist of the three watches took
+/// 6.9 s that way, against about 1 s with only their own backoffs (`benches/operator.rs`).
+struct EachWatchBacksOff;
+
+impl Iterator for EachWatchBacksOff {
+    type Item = Duration;
+    /// Never gives up (`None` would end the Controller's stream), never waits.
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl Backoff for EachWatchBacksOff {
+    fn reset(&mut self) {}
 }
 
 /// Whether a MyApp watch event triggers a reconcile. A change is one only while the status does
@@ -563,6 +585,12 @@ mod tests {
                 "attempt {attempt}: {d} ms, nominal {nominal}"
             );
         }
+    }
+
+    #[test]
+    fn the_controller_neither_waits_nor_gives_up_on_a_watch_error() {
+        let delays: Vec<_> = EachWatchBacksOff.take(100).collect();
+        assert_eq!(delays, vec![Duration::ZERO; 100]);
     }
 
     #[test]
