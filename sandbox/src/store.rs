@@ -205,6 +205,37 @@ impl State {
             .get(&(ns.to_string(), name.to_string()))
     }
 
+    /// Whether the log still holds every event after `rv`; `Expired` if not.
+    pub fn replays_from(&self, rv: u64) -> Result<(), Expired> {
+        let oldest = self.log.front().map(|e| e.rv).unwrap_or(self.rv + 1);
+        // The log is complete from `oldest`; anything older than oldest-1 was dropped.
+        if rv + 1 < oldest && rv < self.rv {
+            return Err(Expired { oldest });
+        }
+        Ok(())
+    }
+
+    /// Objects of a resource, optionally in one namespace, in (namespace, name) order, starting
+    /// after the key `after` (a list page's continuation) or from the first.
+    pub fn list_after<'a>(
+        &'a self,
+        res: &Resource,
+        ns: Option<&'a str>,
+        after: Option<&(String, String)>,
+    ) -> impl Iterator<Item = (&'a (String, String), &'a Value)> + 'a {
+        use std::ops::Bound;
+        let start = match (after, ns) {
+            (Some(key), _) => Bound::Excluded(key.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        self.objects
+            .get(res)
+            .into_iter()
+            .flat_map(move |map| map.range((start.clone(), Bound::Unbounded)))
+            .take_while(move |((n, _), _)| ns.is_none_or(|ns| n == ns))
+    }
+
     /// Objects of a resource, optionally in one namespace, in (namespace, name) order.
     pub fn list(&self, res: &Resource, ns: Option<&str>) -> Vec<&Value> {
         let Some(map) = self.objects.get(res) else {
@@ -275,11 +306,7 @@ impl State {
 
     /// Events after `rv`, or `Expired` when the log no longer reaches back that far.
     pub fn events_since(&self, rv: u64) -> Result<Vec<Arc<Event>>, Expired> {
-        let oldest = self.log.front().map(|e| e.rv).unwrap_or(self.rv + 1);
-        // The log is complete from `oldest`; anything older than oldest-1 was dropped.
-        if rv + 1 < oldest && rv < self.rv {
-            return Err(Expired { oldest });
-        }
+        self.replays_from(rv)?;
         let start = self.log.partition_point(|e| e.rv <= rv);
         Ok(self.log.range(start..).cloned().collect())
     }

@@ -356,6 +356,114 @@ async fn server_side_apply_drops_fields_the_manager_stopped_applying() {
     assert_eq!(data.get("other").map(String::as_str), Some("x"));
 }
 
+#[tokio::test]
+async fn lists_come_in_pages_of_limit_that_report_the_first_pages_version() {
+    let sandbox = Sandbox::builder().event_log_capacity(8).build();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let create = |name: String| {
+        let cms = cms.clone();
+        async move {
+            let cm = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+            cms.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    };
+    for i in 0..5 {
+        create(format!("c{i}")).await;
+    }
+
+    let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    let names = |list: &kube::api::ObjectList<ConfigMap>| -> Vec<String> {
+        list.items.iter().map(ResourceExt::name_any).collect()
+    };
+    assert_eq!(names(&first), ["c0", "c1"]);
+    let version = first.metadata.resource_version.clone();
+    // Written between pages: a later page shows it, at the first page's version, so a watch
+    // from that version replays the change.
+    create("c2a".into()).await;
+    let token = first.metadata.continue_.clone().expect("more pages");
+    let second = cms
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["c2", "c2a"]);
+    assert_eq!(second.metadata.resource_version, version);
+    let token = second.metadata.continue_.clone().expect("more pages");
+    let last = cms
+        .list(&ListParams::default().limit(4).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&last), ["c3", "c4"]);
+    assert_eq!(last.metadata.continue_, None, "the last page");
+
+    // No limit: one page.
+    let all = cms.list(&ListParams::default()).await.unwrap();
+    assert_eq!(all.items.len(), 6);
+    assert_eq!(all.metadata.continue_, None);
+
+    // A token this server never issued is a 400; one older than the event log, a 410.
+    let bad = cms
+        .list(&ListParams::default().limit(2).continue_token("not-a-token"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&bad, kube::Error::Api(s) if s.code == 400),
+        "{bad}"
+    );
+    for i in 0..10 {
+        create(format!("d{i}")).await;
+    }
+    let expired = cms
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&expired, kube::Error::Api(s) if s.code == 410 && s.reason == "Expired"),
+        "{expired}"
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_with_a_page_size_and_a_selector_reads_every_matching_page() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for i in 0..7 {
+        let labels = if i % 2 == 0 {
+            json!({"keep": "yes"})
+        } else {
+            json!({})
+        };
+        let cm = json!({"metadata": {"name": format!("c{i}"), "labels": labels}});
+        let cm = serde_json::from_value(cm).unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let lists = || {
+        sandbox
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "list")
+            .count()
+    };
+    for (config, expected, pages) in [
+        (watcher::Config::default().page_size(2), 7, 4),
+        (
+            watcher::Config::default().page_size(2).labels("keep=yes"),
+            4,
+            2,
+        ),
+    ] {
+        sandbox.faults().clear_requests();
+        let (store, writer) = kube::runtime::reflector::store::<ConfigMap>();
+        let stream = kube::runtime::reflector(writer, watcher(cms.clone(), config));
+        let task = tokio::spawn(stream.for_each(|_| async {}));
+        store.wait_until_ready().await.unwrap();
+        assert_eq!(store.state().len(), expected);
+        assert_eq!(lists(), pages, "{expected} objects in pages of 2");
+        task.abort();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_applies_that_create_the_same_object_all_succeed() {
     // Two appliers that both find no object both try to create it; the loser applies to the

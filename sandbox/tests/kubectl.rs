@@ -148,6 +148,15 @@ async fn kubectl_manages_built_in_kinds_by_short_name() {
     assert!(out.contains("namespace/team created"), "{out}");
     let out = k.ok(&["get", "ns"]).await;
     assert!(out.contains("team"), "{out}");
+    // Chunked lists: kubectl follows `continue` one namespace at a time, as a Table and not.
+    for output in [&["-o", "name"][..], &[]] {
+        let out = k
+            .ok(&[&["get", "ns", "--chunk-size=1"][..], output].concat())
+            .await;
+        for ns in ["default", "kube-public", "kube-system", "team"] {
+            assert!(out.contains(ns), "{out}");
+        }
+    }
     let out = k.ok(&["delete", "cm", "settings"]).await;
     assert!(out.contains("deleted"), "{out}");
 
