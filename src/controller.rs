@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{Future, StreamExt, TryStreamExt, future};
+use futures::{Future, StreamExt, TryStreamExt, channel::mpsc::UnboundedSender, future};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -127,11 +127,18 @@ pub async fn run(
         .clone()
         .labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
 
+    // A (re)list fills a side buffer page by page and swaps it into the cache at its end
+    // (`InitDone`). Reconciles its pages trigger run against the cache before the swap, and
+    // nothing says what changed or vanished while the watch was down, so every MyApp is
+    // reconciled again once any cache has swapped in a new list.
+    let (listed, relists) = futures::channel::mpsc::unbounded::<()>();
+
     let (apps, apps_writer) = reflector::store::<MyApp>();
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
         .default_backoff()
         .modify(cache::slim_myapp)
         .reflect(apps_writer)
+        .inspect_ok(on_list_done(&listed))
         .try_filter(|event| future::ready(needs_reconcile(event)))
         .applied_objects();
 
@@ -142,12 +149,14 @@ pub async fn run(
     )
     .default_backoff()
     .reflect(deployments_writer)
+    .inspect_ok(on_list_done(&listed))
     .touched_objects();
 
     let (services, services_writer) = reflector::store::<CachedService>();
     let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
         .reflect(services_writer)
+        .inspect_ok(on_list_done(&listed))
         .touched_objects();
 
     let reporter = Reporter {
@@ -183,6 +192,7 @@ pub async fn run(
     Controller::for_stream(app_events, apps)
         .owns_stream(deployment_events)
         .owns_stream(service_events)
+        .reconcile_all_on(relists)
         .trigger_backoff(EachWatchBacksOff)
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
@@ -200,11 +210,24 @@ pub async fn run(
     info!("Controller stopped");
 }
 
+/// Signals `listed` each time a watch's cache has swapped in a complete (re)list.
+fn on_list_done<K: 'static>(
+    listed: &UnboundedSender<()>,
+) -> impl FnMut(&watcher::Event<K>) + Send + Sync + 'static {
+    let listed = listed.clone();
+    move |event| {
+        if matches!(event, watcher::Event::InitDone) {
+            // Fails only once the Controller, and with it the receiver, is gone.
+            let _ = listed.unbounded_send(());
+        }
+    }
+}
+
 /// The Controller's backoff on watch errors, off: each watch above backs off on its own.
 ///
 /// kube's default pauses the merged stream of all three watches whenever any one of them errs,
 /// on top of that watch's own backoff, so one watch's 410 stalls the other two and their
-/// caches, and the pauses grow with each error. A forced relist of the three watches took
+/// caches, and the pauses grow with errors that come back to back. A forced relist of the three watches took
 /// 6.9 s that way, against about 1 s with only their own backoffs (`benches/operator.rs`).
 struct EachWatchBacksOff;
 
@@ -222,12 +245,14 @@ impl Backoff for EachWatchBacksOff {
 
 /// Whether a MyApp watch event triggers a reconcile. A change is one only while the status does
 /// not report the current generation, so status-only changes (our own status writes among them)
-/// do not trigger, while a new or edited spec does. Every object of a (re)list does: after a
-/// restart of the watch nothing is assumed about what happened meanwhile.
+/// do not trigger, while a new or edited spec does. Every object of a (re)list does, and once
+/// the list is complete every MyApp is reconciled again (see `on_list_done`).
 ///
 /// This is kube's `predicates::generation` without its memory: that one remembers the last
-/// generation of every object (a key of four strings each), where the object itself says which
-/// generation was reconciled last.
+/// generation of every object (a key of three strings each), where the object itself says
+/// which generation was reconciled last. Unlike it, this lets through metadata-only changes of
+/// a MyApp whose current generation has not been reported yet (one that keeps failing), so such
+/// a change retries it at once rather than after its backoff.
 fn needs_reconcile(event: &watcher::Event<MyApp>) -> bool {
     match event {
         watcher::Event::Apply(app) => {
@@ -482,10 +507,10 @@ impl Context {
     /// Publishes an Event about `regarding`; a failure is logged, never fatal.
     ///
     /// A fresh [`Recorder`] each time, on purpose: a shared one keeps every Event it published
-    /// for six minutes (to count repeats into a series) in a map that never shrinks. Ours are
-    /// one per phase change or failure streak, so repeats are rare and the cache would only
-    /// hold one full Event per MyApp: measured, the largest single item in memory after 10,000
-    /// creates. A Recorder is two `Arc`s to build.
+    /// for six minutes (to count repeats into a series), in a map whose capacity never shrinks.
+    /// Ours are one per phase change or failure streak, so repeats are rare and the cache would
+    /// only hold one full Event per MyApp: measured, the largest single item in memory after
+    /// 10,000 creates. Building one costs a client clone and an empty map.
     async fn publish(&self, event: &Event, regarding: &ObjectReference) {
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         if let Err(error) = recorder.publish(event, regarding).await {
@@ -612,7 +637,7 @@ mod tests {
             });
             app
         };
-        use watcher::Event::{Apply, Delete, InitApply};
+        use watcher::Event::{Apply, InitApply};
         assert!(needs_reconcile(&Apply(app(1, None))), "new, never reported");
         assert!(needs_reconcile(&Apply(app(2, Some(1)))), "spec edited");
         assert!(
@@ -620,7 +645,6 @@ mod tests {
             "status-only change, our own status write among them"
         );
         assert!(needs_reconcile(&InitApply(app(2, Some(2)))), "relist");
-        assert!(needs_reconcile(&Delete(app(2, Some(2)))));
     }
 
     #[test]

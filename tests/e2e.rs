@@ -401,6 +401,61 @@ async fn the_operator_converges_through_dropped_watches_expired_versions_and_fai
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_changed_while_every_watch_was_down_is_reconciled_after_the_relist() {
+    let (env, _dir) = environment(&[]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    let services = Api::<Service>::namespaced(client, NS);
+    let names: Vec<String> = (0..10).map(|i| format!("b-{i}")).collect();
+    for name in &names {
+        apps.create(&PostParams::default(), &app(name, Some(1)))
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        converged(&apps, name, Phase::Running).await;
+    }
+
+    // Every watch ends and its resume gets 410, so each lists again, in pages of 4.
+    let faults = env.sandbox.faults();
+    for _ in 0..3 {
+        faults.expire_next_watch();
+    }
+    faults.close_watches();
+    // Meanwhile: a new MyApp (first in the MyApp list's first page), a spec edit, and a child
+    // deleted with no watch to see it go.
+    apps.create(&PostParams::default(), &app("a-new", Some(1)))
+        .await
+        .unwrap();
+    apps.patch(
+        "b-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "ghcr.io/example/web:2.0.0"}})),
+    )
+    .await
+    .unwrap();
+    services
+        .delete("b-5", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    converged(&apps, "a-new", Phase::Running).await;
+    eventually("b-0's Deployment runs the new image", || async {
+        let d = deployments.get("b-0").await.ok()?;
+        (image(&d) == "ghcr.io/example/web:2.0.0").then_some(())
+    })
+    .await;
+    eventually("b-5's Service is recreated", || async {
+        services.get_opt("b-5").await.ok()?.map(|_| ())
+    })
+    .await;
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_writes_and_the_other_takes_over_when_it_stops() {
     let (env, _dir) = environment(&[]).await;
     let client = env.client().await.unwrap();

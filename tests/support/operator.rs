@@ -37,6 +37,8 @@ impl Operator {
             backoff_base: Duration::from_millis(50),
             backoff_cap: Duration::from_secs(2),
             reconcile_timeout: Duration::from_secs(10),
+            // Small pages, so that lists of a few objects already come in several.
+            page_size: 4,
             ..controller::Config::default()
         };
         let task = tokio::spawn(run::reconcile_while_leading(
