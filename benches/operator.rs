@@ -102,16 +102,22 @@ fn operator_writes(sandbox: &kube_sandbox::Sandbox) -> usize {
         .count()
 }
 
-/// Whether each of the operator's `watches` has been restarted by a list since the requests
+/// Whether each of the `watched` resources has been restarted by a list since the requests
 /// were cleared: its first watch gets 410, it lists, and its second watch resumes the stream.
-fn relisted(sandbox: &kube_sandbox::Sandbox, agent: &str, watches: usize) -> bool {
-    let mut watched = std::collections::HashMap::<String, usize>::new();
+fn relisted(
+    sandbox: &kube_sandbox::Sandbox,
+    agent: &str,
+    watched: &std::collections::BTreeSet<String>,
+) -> bool {
+    let mut watches = std::collections::HashMap::<String, usize>::new();
     for r in sandbox.faults().requests() {
         if r.user_agent.as_deref() == Some(agent) && r.verb == "watch" {
-            *watched.entry(r.resource.unwrap_or_default()).or_default() += 1;
+            *watches.entry(r.resource.unwrap_or_default()).or_default() += 1;
         }
     }
-    watched.len() == watches && watched.values().all(|&n| n >= 2)
+    watched
+        .iter()
+        .all(|resource| watches.get(resource).is_some_and(|&n| n >= 2))
 }
 
 fn main() {
@@ -199,12 +205,15 @@ async fn bench(apps: usize, concurrency: usize) {
     let idle_rss = rss(pid);
 
     let agent = myapp_operator::run::USER_AGENT;
-    let watches = sandbox
+    // The resources the operator watches (one watch each, unless one restarted already).
+    let watched: std::collections::BTreeSet<String> = sandbox
         .faults()
         .requests()
-        .iter()
+        .into_iter()
         .filter(|r| r.user_agent.as_deref() == Some(agent) && r.verb == "watch")
-        .count();
+        .filter_map(|r| r.resource)
+        .collect();
+    let watches = watched.len();
     sandbox.faults().clear_requests();
     let load = Api::<MyApp>::namespaced(client.clone(), "load");
     let create_start = Instant::now();
@@ -242,7 +251,11 @@ async fn bench(apps: usize, concurrency: usize) {
     }
     sandbox.faults().close_watches();
     let relist_start = Instant::now();
-    while !relisted(&sandbox, agent, watches) {
+    while !relisted(&sandbox, agent, &watched) {
+        assert!(
+            relist_start.elapsed() < Duration::from_secs(120),
+            "the operator did not list and watch {watched:?} again within 120 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let relisted_after = relist_start.elapsed();

@@ -150,12 +150,20 @@ async fn kubectl_manages_built_in_kinds_by_short_name() {
     assert!(out.contains("team"), "{out}");
     // Chunked lists: kubectl follows `continue` one namespace at a time, as a Table and not.
     for output in [&["-o", "name"][..], &[]] {
+        sandbox.faults().clear_requests();
         let out = k
             .ok(&[&["get", "ns", "--chunk-size=1"][..], output].concat())
             .await;
         for ns in ["default", "kube-public", "kube-system", "team"] {
             assert!(out.contains(ns), "{out}");
         }
+        let pages = sandbox
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "list" && r.resource.as_deref() == Some("namespaces"))
+            .count();
+        assert_eq!(pages, 4, "one request per namespace");
     }
     let out = k.ok(&["delete", "cm", "settings"]).await;
     assert!(out.contains("deleted"), "{out}");
