@@ -259,7 +259,7 @@ async fn bench(apps: usize, concurrency: usize) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let relisted_after = relist_start.elapsed();
-    let relist_peak_rss = rss(pid);
+    let rss_when_relisted = rss(pid);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let relist_writes = operator_writes(&sandbox);
     let relisted_rss = rss(pid);
@@ -330,7 +330,7 @@ async fn bench(apps: usize, concurrency: usize) {
     );
     println!("writes during a forced resync of every object: {resync_writes}");
     println!(
-        "forced relist of every watch: done after {relisted_after:?}, RSS then {relist_peak_rss}; 5 s later {relisted_rss}; writes {relist_writes}"
+        "forced relist of every watch: done after {relisted_after:?}, RSS then {rss_when_relisted}; 5 s later {relisted_rss}; writes {relist_writes}"
     );
     println!(
         "no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",

@@ -393,7 +393,6 @@ impl WireMeta {
         annotations
             .0
             .retain(|(k, _)| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
-        annotations.0.shrink_to_fit();
         (self.rest, self.labels.unwrap_or_default(), annotations)
     }
 }
@@ -458,6 +457,12 @@ pub struct ServicePort {
 pub enum TargetPort {
     Number(i32),
     Name(Str),
+}
+
+/// What a watch cache holds of `object` as the API returned it.
+#[cfg(test)]
+pub(crate) fn cached<T: Serialize, C: serde::de::DeserializeOwned>(object: &T) -> C {
+    serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::{
-    cache::CachedDeployment,
+    cache::{CachedDeployment, DeploymentStatus},
     crd::{MyApp, MyAppStatus, Phase},
 };
 
@@ -236,16 +236,20 @@ pub struct Rollout {
 impl Rollout {
     /// Reads a Deployment as cached from the API.
     pub fn from_deployment(d: &CachedDeployment) -> Self {
-        let status = d.status.clone().unwrap_or_default();
-        let conditions = status.conditions.unwrap_or_default();
+        let status = d.status.as_ref();
+        let count =
+            |field: fn(&DeploymentStatus) -> Option<i32>| status.and_then(field).unwrap_or(0);
+        let conditions = status
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
         let condition = |t: &str| conditions.iter().find(|c| c.type_ == t);
         Self {
             generation: d.metadata.generation,
-            observed_generation: status.observed_generation,
+            observed_generation: status.and_then(|s| s.observed_generation),
             desired: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            replicas: status.replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            available: status.available_replicas.unwrap_or(0),
+            replicas: count(|s| s.replicas),
+            updated: count(|s| s.updated_replicas),
+            available: count(|s| s.available_replicas),
             deadline_exceeded: condition("Progressing").is_some_and(|c| {
                 c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
             }),
@@ -390,16 +394,10 @@ fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::CachedService;
+    use crate::cache::{CachedService, cached};
     use crate::crd::{EnvVar as AppEnv, MyAppSpec};
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
-    use serde::de::DeserializeOwned;
     use serde_json::json;
-
-    /// What the watch cache holds of an object the API returned.
-    fn cached<T: serde::Serialize, C: DeserializeOwned>(object: &T) -> C {
-        serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
-    }
 
     // === fixtures ===
 

@@ -187,24 +187,21 @@ fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Respon
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
-    let user_agent = req
-        .headers()
+    let (parts, body) = req.into_parts();
+    let query = parse_query(parts.uri.query());
+    let user_agent = parts
+        .headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let is_watch = req
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
     // In flight from arrival, an injected delay included; a watch is a stream, not a request.
-    let _in_flight = (!is_watch).then(|| inner.faults.enter(user_agent.as_deref().unwrap_or("")));
+    let _in_flight =
+        (!watching(&query)).then(|| inner.faults.enter(user_agent.as_deref().unwrap_or("")));
     let delay = inner.faults.delay();
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let (parts, body) = req.into_parts();
     let route = parse_route(parts.uri.path());
-    let query = parse_query(parts.uri.query());
     let mut record = RequestRecord {
         verb: parts.method.as_str().to_lowercase(),
         path: parts.uri.path().to_string(),
@@ -244,10 +241,14 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     response
 }
 
+/// Whether a GET asks for a watch stream rather than a list.
+fn watching(query: &HashMap<String, String>) -> bool {
+    query.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
 fn verb(method: &Method, path: &ResPath, query: &HashMap<String, String>) -> &'static str {
-    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
     match (method.as_str(), path.name.is_some()) {
-        ("GET", false) if watching => "watch",
+        ("GET", false) if watching(query) => "watch",
         ("GET", false) => "list",
         ("GET", true) => "get",
         ("POST", _) => "create",
@@ -425,7 +426,7 @@ async fn resource(
     }
     match (method.clone(), has_name) {
         (Method::GET, false) => {
-            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+            if watching(query) {
                 watch::watch(&ctx)
             } else {
                 list(&ctx)

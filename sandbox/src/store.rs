@@ -237,18 +237,8 @@ impl State {
     }
 
     /// Objects of a resource, optionally in one namespace, in (namespace, name) order.
-    pub fn list(&self, res: &Resource, ns: Option<&str>) -> Vec<&Value> {
-        let Some(map) = self.objects.get(res) else {
-            return Vec::new();
-        };
-        match ns {
-            Some(ns) => map
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
-                .map(|(_, v)| v)
-                .collect(),
-            None => map.values().collect(),
-        }
+    pub fn list<'a>(&'a self, res: &Resource, ns: Option<&'a str>) -> Vec<&'a Value> {
+        self.list_after(res, ns, None).map(|(_, v)| v).collect()
     }
 
     /// Number of stored objects.
