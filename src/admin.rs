@@ -14,31 +14,21 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 /// What readiness depends on; each part flips as the process starts and stops.
+///
+/// Readiness is what the webhook Service routes on, so a replica is ready when its webhook
+/// serves a valid certificate and it is not shutting down. The controller's state (leading,
+/// caches synced, CRD missing) is deliberately not part of it: a lease hand-off or a missing
+/// CRD must never take a webhook endpoint away. The metrics report that state instead.
 #[derive(Debug, Default)]
 pub struct Health {
     shutting_down: AtomicBool,
     webhook_serving: AtomicBool,
-    leading: AtomicBool,
-    caches_synced: AtomicBool,
 }
 
 impl Health {
     /// The webhook's certificate is loaded and its listener answers.
     pub fn set_webhook_serving(&self, serving: bool) {
         self.webhook_serving.store(serving, Ordering::SeqCst);
-    }
-
-    /// This replica reconciles (holds the lease, or election is off).
-    pub fn set_leading(&self, leading: bool) {
-        self.leading.store(leading, Ordering::SeqCst);
-        if !leading {
-            self.caches_synced.store(false, Ordering::SeqCst);
-        }
-    }
-
-    /// The controller's watch caches have synced.
-    pub fn set_caches_synced(&self) {
-        self.caches_synced.store(true, Ordering::SeqCst);
     }
 
     /// Shutdown began: readiness goes false at once so endpoints drop this pod.
@@ -54,9 +44,6 @@ impl Health {
         }
         if !self.webhook_serving.load(Ordering::SeqCst) {
             reasons.push("webhook not serving yet");
-        }
-        if self.leading.load(Ordering::SeqCst) && !self.caches_synced.load(Ordering::SeqCst) {
-            reasons.push("controller caches not synced yet");
         }
         reasons
     }
@@ -146,7 +133,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn readiness_follows_webhook_caches_and_shutdown() {
+    async fn readiness_follows_the_webhook_and_shutdown_only() {
         let health = Arc::new(Health::default());
         let router = router(health.clone(), Arc::new(Registry::default()));
         assert_eq!(get(&router, "/livez").await.0, StatusCode::OK);
@@ -158,17 +145,6 @@ mod tests {
             )
         );
         health.set_webhook_serving(true);
-        assert_eq!(
-            get(&router, "/readyz").await.0,
-            StatusCode::OK,
-            "a non-leader is ready without caches"
-        );
-        health.set_leading(true);
-        assert_eq!(
-            get(&router, "/readyz").await.1,
-            "not ready: controller caches not synced yet\n"
-        );
-        health.set_caches_synced();
         assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
         health.set_shutting_down();
         assert_eq!(

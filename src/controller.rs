@@ -87,6 +87,9 @@ pub struct Context {
     client: Client,
     deployments: Store<CachedDeployment>,
     services: Store<CachedService>,
+    /// Whether each child cache holds a complete list yet.
+    deployments_listed: Listed,
+    services_listed: Listed,
     /// Who publishes our Events (see [`Context::publish`]).
     reporter: Reporter,
     metrics: Arc<Metrics>,
@@ -114,7 +117,7 @@ const RECENT_WRITES_TTL: Duration = Duration::from_secs(30);
 
 /// Runs the controller until `shutdown` resolves, then lets in-flight reconciles finish.
 ///
-/// `ready` fires once every watch cache has synced.
+/// `ready` is called once every watch cache has synced, before `Caches synced` is logged.
 pub async fn run(
     client: Client,
     config: Config,
@@ -133,12 +136,15 @@ pub async fn run(
     // reconciled again once any cache has swapped in a new list.
     let (listed, relists) = futures::channel::mpsc::unbounded::<()>();
 
+    let (apps_listed, deployments_listed, services_listed) =
+        (Listed::default(), Listed::default(), Listed::default());
+
     let (apps, apps_writer) = reflector::store::<MyApp>();
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
         .default_backoff()
         .modify(cache::slim_myapp)
         .reflect(apps_writer)
-        .inspect_ok(on_list_done(&listed))
+        .inspect_ok(on_list_done(&listed, &apps_listed))
         .try_filter(|event| future::ready(needs_reconcile(event)))
         .applied_objects();
 
@@ -149,14 +155,14 @@ pub async fn run(
     )
     .default_backoff()
     .reflect(deployments_writer)
-    .inspect_ok(on_list_done(&listed))
+    .inspect_ok(on_list_done(&listed, &deployments_listed))
     .touched_objects();
 
     let (services, services_writer) = reflector::store::<CachedService>();
     let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
         .reflect(services_writer)
-        .inspect_ok(on_list_done(&listed))
+        .inspect_ok(on_list_done(&listed, &services_listed))
         .touched_objects();
 
     let reporter = Reporter {
@@ -166,8 +172,10 @@ pub async fn run(
     let ctx = Arc::new(Context {
         reporter,
         client,
-        deployments: deployments.clone(),
-        services: services.clone(),
+        deployments,
+        services,
+        deployments_listed: deployments_listed.clone(),
+        services_listed: services_listed.clone(),
         metrics,
         config: config.clone(),
         failures: Mutex::default(),
@@ -176,20 +184,18 @@ pub async fn run(
         awaiting_rollout: Waiting::new(PENDING_GRACE),
     });
 
-    let apps_cache = apps.clone();
-    tokio::spawn(async move {
-        let synced = async {
-            apps_cache.wait_until_ready().await.is_ok()
-                && deployments.wait_until_ready().await.is_ok()
-                && services.wait_until_ready().await.is_ok()
-        };
-        if synced.await {
-            info!("Caches synced");
-            ready();
-        }
-    });
+    // Lives as long as the Controller below, never longer (a watch that never lists would
+    // otherwise leave it waiting after leadership ends).
+    let announce_synced = async move {
+        apps_listed.wait().await;
+        deployments_listed.wait().await;
+        services_listed.wait().await;
+        ready();
+        info!("Caches synced");
+        future::pending::<()>().await;
+    };
 
-    Controller::for_stream(app_events, apps)
+    let controller = Controller::for_stream(app_events, apps)
         .owns_stream(deployment_events)
         .owns_stream(service_events)
         .reconcile_all_on(relists)
@@ -205,21 +211,47 @@ pub async fn run(
                 }
                 Err(error) => warn!(%error, "Controller event"),
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {}
+        () = announce_synced => {}
+    }
     info!("Controller stopped");
 }
 
-/// Signals `listed` each time a watch's cache has swapped in a complete (re)list.
+/// Signals `relisted` each time a watch's cache has swapped in a complete (re)list, and marks
+/// that cache `listed`.
 fn on_list_done<K: 'static>(
-    listed: &UnboundedSender<()>,
+    relisted: &UnboundedSender<()>,
+    listed: &Listed,
 ) -> impl FnMut(&watcher::Event<K>) + Send + Sync + 'static {
-    let listed = listed.clone();
+    let (relisted, listed) = (relisted.clone(), listed.clone());
     move |event| {
         if matches!(event, watcher::Event::InitDone) {
+            listed.mark();
             // Fails only once the Controller, and with it the receiver, is gone.
-            let _ = listed.unbounded_send(());
+            let _ = relisted.unbounded_send(());
         }
+    }
+}
+
+/// Whether a watch cache holds its first complete list; any number of tasks may wait for it.
+///
+/// Not kube's `Store::wait_until_ready`: its `DelayedInit` keeps a single waker, so of two
+/// tasks waiting at once only the one that polled last is woken. The Controller waits on the
+/// MyApp store that way, so a second waiter (ours, for `Caches synced`) was never woken.
+#[derive(Clone, Debug, Default)]
+struct Listed(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Listed {
+    fn mark(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Resolves once the cache is listed.
+    async fn wait(&self) {
+        // Cannot fail: `self` holds a sender, so the channel stays open.
+        let _ = self.0.subscribe().wait_for(|done| *done).await;
     }
 }
 
@@ -315,7 +347,7 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
     };
     let delay = backoff(attempt, ctx.config.backoff_base, ctx.config.backoff_cap);
     warn!(name = %app.name_any(), %error, attempt, ?delay, "Reconcile failed, retrying");
-    if attempt == 1 && !matches!(error, Error::CacheGone) {
+    if attempt == 1 {
         // One Event per failure streak, not per retry: Events are for people.
         let event = Event {
             type_: EventType::Warning,
@@ -350,14 +382,8 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         // The garbage collector removes the children; there is nothing to converge towards.
         return Ok(Outcome::default());
     }
-    ctx.deployments
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheGone)?;
-    ctx.services
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::CacheGone)?;
+    ctx.deployments_listed.wait().await;
+    ctx.services_listed.wait().await;
 
     let key = ObjectRef::from_obj(app);
     let observed_deployment = ctx

@@ -49,9 +49,6 @@ pub enum Error {
     /// The reconcile took longer than its deadline.
     #[error("reconcile did not finish within {0:?}")]
     ReconcileDeadline(Duration),
-    /// A watch cache was dropped (the controller is shutting down).
-    #[error("a watch cache is gone: the controller is shutting down")]
-    CacheGone,
     // --- leader ---
     /// Reading the Lease failed.
     #[error("failed to read Lease: {0}")]

@@ -33,6 +33,8 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// 1 while this replica holds the leader lease (or leader election is off).
     pub leader: Gauge,
+    /// 1 once every watch cache of the leading controller holds a complete list.
+    pub caches_synced: Gauge,
 }
 
 impl Metrics {
@@ -46,6 +48,7 @@ impl Metrics {
                 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
             leader: Gauge::default(),
+            caches_synced: Gauge::default(),
         };
         let registry = registry.sub_registry_with_prefix("myapp");
         registry.register(
@@ -72,6 +75,11 @@ impl Metrics {
             "leader",
             "1 while this replica reconciles (holds the lease)",
             metrics.leader.clone(),
+        );
+        registry.register(
+            "caches_synced",
+            "1 once the leading controller's watch caches hold a complete list",
+            metrics.caches_synced.clone(),
         );
         metrics
     }

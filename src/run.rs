@@ -191,16 +191,17 @@ pub async fn reconcile_while_leading(
             () = stop.cancelled() => break,
             changed = leading.wait_for(|l| *l) => if changed.is_err() { break },
         }
-        parts.health.set_leading(true);
         parts.metrics.leader.set(1);
-        let health = parts.health.clone();
+        let metrics = parts.metrics.clone();
         let graceful = stop.clone().cancelled_owned();
         let controller = controller::run(
             client.clone(),
             config.clone(),
             parts.metrics.clone(),
             graceful,
-            move || health.set_caches_synced(),
+            move || {
+                metrics.caches_synced.set(1);
+            },
         );
         let mut lost = leading.clone();
         // In-flight reconciles get their deadline to finish; a controller whose caches never
@@ -214,8 +215,8 @@ pub async fn reconcile_while_leading(
             Ok(_) = lost.wait_for(|l| !*l) => warn!("Lost the lease: stopped reconciling"),
             () = overdue => warn!("Controller did not stop within the reconcile deadline: dropped it"),
         }
-        parts.health.set_leading(false);
         parts.metrics.leader.set(0);
+        parts.metrics.caches_synced.set(0);
         if stop.is_cancelled() {
             break;
         }

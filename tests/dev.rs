@@ -93,11 +93,17 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
             .parse::<u16>()
             .is_ok()
     );
-    assert!(
-        printed(&dev, "admin: http://127.0.0.1:")
-            .parse::<u16>()
-            .is_ok()
-    );
+    let admin: u16 = printed(&dev, "admin: http://127.0.0.1:").parse().unwrap();
+    // Probed like a kubelet: ready within 2 s of printing its instructions (the webhook
+    // serves by then), whatever the controller is doing.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while http_status(admin, "/readyz") != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "dev's /readyz is not 200 within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         dev.lines
             .iter()
@@ -169,4 +175,19 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"), "{stderr}");
+}
+
+/// The status code of a plain HTTP/1.1 GET on loopback.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }

@@ -1,5 +1,5 @@
 //! The operator binary as a child process: killed when dropped, its JSON log lines read as they
-//! come. Shared by the shutdown test and the operator benchmark.
+//! come. Shared by the `run` tests and the operator benchmark.
 #![allow(dead_code)]
 
 use std::{
@@ -44,6 +44,24 @@ pub fn wait_for_addr(lines: &Receiver<String>, message: &str) -> SocketAddr {
             && entry["message"] == message
         {
             return entry["addr"].as_str().unwrap().parse().unwrap();
+        }
+    }
+}
+
+/// Waits up to `within` for the JSON log line whose `message` is `message`, skipping others.
+pub fn wait_for_message(
+    lines: &Receiver<String>,
+    message: &str,
+    within: Duration,
+) -> Option<serde_json::Value> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(left).ok()?;
+        if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
+            && entry["message"] == message
+        {
+            return Some(entry);
         }
     }
 }

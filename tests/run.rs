@@ -1,0 +1,438 @@
+//! `myapp-operator run` as a child process, the way a cluster runs it: readiness with and
+//! without the lease, with and without the CRD, across a lease hand-off, and SIGTERM while
+//! webhook requests stream in.
+
+#[path = "support/process.rs"]
+mod process;
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::Receiver,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, CustomResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use myapp_operator::crd::MyApp;
+use process::{Reap, log_lines, wait_for_addr, wait_for_message};
+use serde_json::json;
+use tokio::net::TcpStream;
+
+const DRAIN: Duration = Duration::from_secs(2);
+
+struct Client {
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl Client {
+    async fn connect(&self) -> std::io::Result<SendRequest<Full<Bytes>>> {
+        let tcp = TcpStream::connect(self.addr).await?;
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
+            .await?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(std::io::Error::other)?;
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+}
+
+fn review(uid: u64) -> Bytes {
+    let object = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": "web", "namespace": "default"},
+                        "spec": {"replicas": 2, "image": "ghcr.io/example/web:1.4.2", "port": 8080}});
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": format!("uid-{uid}"), "kind": {"group": "example.com", "version": "v1", "kind": "MyApp"},
+        "resource": {"group": "example.com", "version": "v1", "resource": "myapps"},
+        "name": "web", "namespace": "default", "operation": "CREATE", "userInfo": {"username": "test"},
+        "object": object, "oldObject": null, "dryRun": false}});
+    Bytes::from(serde_json::to_vec(&review).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drops_no_webhook_request_and_exits_zero() {
+    let cluster = Cluster::start(true).await;
+    let drain = format!("{}s", DRAIN.as_secs());
+    let mut replica = cluster.replica(&["--leader-elect=false", "--drain-delay", &drain]);
+    let admin = replica.admin;
+    let webhook = replica.webhook;
+    let bundle = &cluster.bundle;
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::pem::PemObject::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = Arc::new(Client {
+        addr: webhook,
+        tls: Arc::new(tls),
+    });
+
+    // Four keep-alive connections send reviews back to back, like the API server's pool.
+    let sending = Arc::new(AtomicBool::new(true));
+    let (answered, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut senders = Vec::new();
+    for worker in 0..4u64 {
+        let (client, sending, answered, failed) = (
+            client.clone(),
+            sending.clone(),
+            answered.clone(),
+            failed.clone(),
+        );
+        senders.push(tokio::spawn(async move {
+            let mut conn = client.connect().await.expect("connect before shutdown");
+            let mut uid = worker * 1_000_000;
+            while sending.load(Ordering::SeqCst) {
+                if conn.ready().await.is_err() {
+                    // The server closed this connection (Connection: close): open another.
+                    conn = client
+                        .connect()
+                        .await
+                        .expect("the listener accepts during the drain delay");
+                    continue;
+                }
+                uid += 1;
+                let request = hyper::Request::post("/validate-myapp?timeout=5s")
+                    .header("host", "localhost")
+                    .header("content-type", "application/json")
+                    .body(Full::new(review(uid)))
+                    .unwrap();
+                match conn.send_request(request).await {
+                    Ok(response) if response.status() == 200 => {
+                        let body = response.into_body().collect().await.unwrap().to_bytes();
+                        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        assert_eq!(answer["response"]["uid"], format!("uid-{uid}"));
+                        assert_eq!(answer["response"]["allowed"], true);
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = answered.load(Ordering::SeqCst);
+    assert!(before > 0, "requests are answered before shutdown");
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &replica.process.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    // Readiness drops at once, while the webhook keeps answering.
+    let mut unready = false;
+    for _ in 0..50 {
+        let status = readyz(admin).await;
+        if status == Some(503) {
+            unready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(unready, "/readyz turns 503 after SIGTERM");
+    let at_sigterm = answered.load(Ordering::SeqCst);
+    // The API server stops picking this pod once it leaves the endpoints: stop sending a bit
+    // before the drain delay ends, as it would.
+    tokio::time::sleep(DRAIN - Duration::from_millis(500)).await;
+    sending.store(false, Ordering::SeqCst);
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    assert!(
+        answered.load(Ordering::SeqCst) > at_sigterm,
+        "requests were answered during the drain delay"
+    );
+    assert_eq!(failed.load(Ordering::SeqCst), 0, "no request failed");
+
+    let status = tokio::task::spawn_blocking(move || replica.process.0.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the operator exits 0 after a graceful shutdown"
+    );
+    cluster.served.shutdown().await.unwrap();
+}
+
+async fn readyz(admin: SocketAddr) -> Option<u16> {
+    let tcp = TcpStream::connect(admin).await.ok()?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    let request = hyper::Request::get("/readyz")
+        .header("host", "admin")
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    Some(sender.send_request(request).await.ok()?.status().as_u16())
+}
+
+async fn get_text(admin: SocketAddr, path: &str) -> Option<String> {
+    let tcp = TcpStream::connect(admin).await.ok()?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header("host", "admin")
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let body = sender.send_request(request).await.ok()?.into_body();
+    let bytes = body.collect().await.ok()?.to_bytes();
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+/// The value of an unlabelled gauge in the replica's `/metrics`.
+async fn gauge(admin: SocketAddr, name: &str) -> Option<i64> {
+    let text = get_text(admin, "/metrics").await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// An in-memory API server on loopback, as the replicas' "cluster": a kubeconfig for it, and
+/// the webhook's serving certificate where cert-manager would have put it.
+struct Cluster {
+    sandbox: kube_sandbox::Sandbox,
+    served: kube_sandbox::Served,
+    kubeconfig: PathBuf,
+    certs: PathBuf,
+    bundle: myapp_operator::certs::Bundle,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(with_crd: bool) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        // The Lease's namespace, as `deploy/` creates it.
+        let sandbox = kube_sandbox::Sandbox::builder()
+            .namespace("myapp-system")
+            .build();
+        let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, served.kubeconfig()).unwrap();
+        let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
+        let certs = dir.path().join("certs");
+        bundle.write_to(&certs).unwrap();
+        let cluster = Self {
+            sandbox,
+            served,
+            kubeconfig,
+            certs,
+            bundle,
+            _dir: dir,
+        };
+        if with_crd {
+            cluster.install_crd().await;
+        }
+        cluster
+    }
+
+    fn client(&self) -> kube::Client {
+        kube::Client::new(self.sandbox.router(), "default")
+    }
+
+    async fn install_crd(&self) {
+        Api::<CustomResourceDefinition>::all(self.client())
+            .patch(
+                "myapps.example.com",
+                &PatchParams::apply("test"),
+                &Patch::Apply(&MyApp::crd()),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn create_apps(&self, count: usize) {
+        use futures::StreamExt;
+        let api = Api::<MyApp>::namespaced(self.client(), "default");
+        futures::stream::iter(0..count)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    let app: MyApp = serde_json::from_value(json!({
+                        "apiVersion": "example.com/v1", "kind": "MyApp",
+                        "metadata": {"name": format!("app-{i}"), "namespace": "default"},
+                        "spec": {"replicas": 1, "image": "ghcr.io/example/web:1.4.2", "port": 8080},
+                    }))
+                    .unwrap();
+                    api.create(&PostParams::default(), &app).await.unwrap();
+                }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<()>>()
+            .await;
+    }
+
+    /// Starts `myapp-operator run` with `args` and waits until its webhook serves.
+    fn replica(&self, args: &[&str]) -> Replica {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+            .args([
+                "run",
+                "--webhook-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+            ])
+            .args(["--log-format", "json"])
+            .args(args)
+            .arg("--cert-dir")
+            .arg(&self.certs)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start myapp-operator run");
+        let lines = log_lines(&mut child);
+        let process = Reap(child);
+        let admin = wait_for_addr(&lines, "Admin server listening");
+        let webhook = wait_for_addr(&lines, "Webhook serving");
+        Replica {
+            process,
+            lines,
+            admin,
+            webhook,
+            serving_since: Instant::now(),
+        }
+    }
+}
+
+struct Replica {
+    process: Reap,
+    lines: Receiver<String>,
+    admin: SocketAddr,
+    webhook: SocketAddr,
+    /// When its log said the webhook serves.
+    serving_since: Instant,
+}
+
+impl Replica {
+    /// Probes `/readyz` like a kubelet until it answers 200; how long after the webhook began
+    /// serving that was, or `None` past `within`.
+    async fn time_to_ready(&self, within: Duration) -> Option<Duration> {
+        let deadline = self.serving_since + within;
+        while Instant::now() < deadline {
+            if readyz(self.admin).await == Some(200) {
+                return Some(self.serving_since.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    fn logged(&self, message: &str, within: Duration) -> bool {
+        wait_for_message(&self.lines, message, within).is_some()
+    }
+
+    fn terminate(&self) {
+        let kill = Command::new("kill")
+            .args(["-TERM", &self.process.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    }
+}
+
+const READY_BOUND: Duration = Duration::from_secs(2);
+const SYNC_BOUND: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_replica_is_ready_within_two_seconds_of_serving_with_0_1_and_1000_myapps() {
+    for apps in [0, 1, 1000] {
+        let cluster = Cluster::start(true).await;
+        cluster.create_apps(apps).await;
+        // Election off: the replica always leads.
+        let alone = cluster.replica(&["--leader-elect=false"]);
+        // Election on: the first takes the lease, the second started after it follows.
+        let leader = cluster.replica(&["--leader-elect=true", "--identity", "leader"]);
+        for (name, replica) in [("without election", &alone), ("leader", &leader)] {
+            let ready = replica.time_to_ready(READY_BOUND).await;
+            assert!(ready.is_some(), "{apps} MyApps: {name} not ready in 2 s");
+            println!("{apps} MyApps: {name} ready {ready:?} after its webhook served");
+            assert!(
+                replica.logged("Caches synced", SYNC_BOUND),
+                "{apps} MyApps: the {name} never logged `Caches synced`"
+            );
+            assert_eq!(gauge(replica.admin, "myapp_caches_synced").await, Some(1));
+            assert_eq!(gauge(replica.admin, "myapp_leader").await, Some(1));
+        }
+        let follower = cluster.replica(&["--leader-elect=true", "--identity", "follower"]);
+        let ready = follower.time_to_ready(READY_BOUND).await;
+        assert!(ready.is_some(), "{apps} MyApps: follower not ready in 2 s");
+        println!("{apps} MyApps: follower ready {ready:?} after its webhook served");
+        assert_eq!(gauge(follower.admin, "myapp_leader").await, Some(0));
+        assert_eq!(gauge(follower.admin, "myapp_caches_synced").await, Some(0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_without_the_crd_is_ready_and_syncs_once_the_crd_is_installed() {
+    let cluster = Cluster::start(false).await;
+    let replica = cluster.replica(&["--leader-elect=false"]);
+    assert!(
+        replica.time_to_ready(READY_BOUND).await.is_some(),
+        "not ready in 2 s without the CRD"
+    );
+    assert_eq!(gauge(replica.admin, "myapp_caches_synced").await, Some(0));
+    cluster.install_crd().await;
+    assert!(
+        replica.logged("Caches synced", SYNC_BOUND),
+        "the controller syncs once the CRD exists"
+    );
+    assert_eq!(readyz(replica.admin).await, Some(200));
+    assert_eq!(gauge(replica.admin, "myapp_caches_synced").await, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_stays_up_across_a_lease_hand_off() {
+    let cluster = Cluster::start(true).await;
+    cluster.create_apps(3).await;
+    let first = cluster.replica(&["--identity", "first", "--drain-delay", "1s"]);
+    assert!(first.logged("Caches synced", SYNC_BOUND), "first leads");
+    let second = cluster.replica(&["--identity", "second", "--drain-delay", "1s"]);
+    assert!(second.time_to_ready(READY_BOUND).await.is_some());
+    first.terminate();
+    // Probe the follower like a kubelet until it has taken over and synced.
+    let deadline = Instant::now() + SYNC_BOUND;
+    let (mut probes, mut unready) = (0, 0);
+    loop {
+        probes += 1;
+        if readyz(second.admin).await != Some(200) {
+            unready += 1;
+        }
+        if wait_for_message(&second.lines, "Caches synced", Duration::from_millis(50)).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "second never took over the lease"
+        );
+    }
+    assert_eq!(
+        unready, 0,
+        "{unready} of {probes} probes failed during the hand-off"
+    );
+    assert_eq!(gauge(second.admin, "myapp_leader").await, Some(1));
+}
