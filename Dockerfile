@@ -4,11 +4,13 @@ FROM rust:1.95-bookworm AS build
 RUN rustup target add x86_64-unknown-linux-musl && apt-get update \
     && apt-get install -y --no-install-recommends musl-tools && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# Dependency layer: only the manifests and lock file, with empty targets, so source edits
-# do not rebuild every crate.
+# Dependency layer: the manifests, the lock file and every file a manifest names by path
+# (cargo refuses a manifest whose [[bench]] files are missing), with empty library and binary
+# targets, so source edits do not rebuild every crate. tests/manifests.rs replays this stage.
 COPY Cargo.toml Cargo.lock ./
 COPY webhook/Cargo.toml webhook/Cargo.toml
 COPY sandbox/Cargo.toml sandbox/Cargo.toml
+COPY benches benches
 RUN mkdir -p src webhook/src sandbox/src \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
     && cargo build --release --locked --target x86_64-unknown-linux-musl

@@ -495,3 +495,175 @@ fn dockerfile_builds_locked_and_runs_a_static_non_root_binary() {
             .unwrap();
     assert!(docker_ignore.lines().any(|l| l.trim() == "target/"));
 }
+
+/// The Dockerfile's build stage replayed without a container engine: each `COPY` brings files
+/// from the build context (less `.dockerignore`) into a temporary root, each shell step runs
+/// there, and each `cargo` step is checked with `cargo fetch --locked --offline` for its
+/// target, which parses every manifest and target path the way the build would (`cargo
+/// metadata` and `cargo tree` accept a manifest whose bench files are missing; this does not).
+/// Toolchain steps (`rustup`, `apt-get`) are the base image's business and are skipped.
+#[test]
+fn dockerfile_build_stage_steps_each_have_the_files_they_need() {
+    let context = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(context.join("Dockerfile")).unwrap();
+    let ignored = docker_ignore(context);
+    let root = tempfile::tempdir().unwrap();
+    let mut workdir = root.path().to_path_buf();
+    let mut cargo_steps = 0;
+    let mut built_binary = None;
+    for (line, instruction) in dockerfile_instructions(&text) {
+        let (verb, rest) = instruction.split_once(' ').unwrap_or((&instruction, ""));
+        match verb {
+            // The runtime stage starts: what it copies from the build stage is checked below.
+            "FROM" if rest.contains("distroless") => break,
+            "WORKDIR" => {
+                workdir = root.path().join(rest.trim_start_matches('/'));
+                std::fs::create_dir_all(&workdir).unwrap();
+            }
+            "COPY" => {
+                let parts: Vec<&str> = rest.split_whitespace().collect();
+                let (sources, dest) = parts.split_at(parts.len() - 1);
+                for source in sources {
+                    // A directory's contents go into the destination; a file goes to the
+                    // destination, or into it when it ends with `/`.
+                    let from = context.join(source);
+                    let mut target = workdir.join(dest[0]);
+                    if from.is_file() && dest[0].ends_with('/') {
+                        target = target.join(from.file_name().unwrap());
+                    }
+                    copy_context(context, &from, &target, &ignored)
+                        .unwrap_or_else(|e| panic!("Dockerfile:{line}: COPY {source}: {e}"));
+                }
+            }
+            "RUN" => {
+                for step in rest.split("&&").map(str::trim) {
+                    let program = step.split_whitespace().next().unwrap_or("");
+                    match program {
+                        "rustup" | "apt-get" => {}
+                        "rm" if step.contains("/var/lib/apt") => {}
+                        "cargo" => {
+                            cargo_steps += 1;
+                            assert!(step.contains("--locked"), "Dockerfile:{line}: {step}");
+                            let mut fetch = std::process::Command::new(env!("CARGO"));
+                            fetch
+                                .args(["fetch", "--locked", "--offline", "--quiet"])
+                                .current_dir(&workdir);
+                            let words: Vec<&str> = step.split_whitespace().collect();
+                            if let Some(at) = words.iter().position(|w| *w == "--target") {
+                                fetch.args(["--target", words[at + 1]]);
+                            }
+                            let output = fetch.output().unwrap();
+                            assert!(
+                                output.status.success(),
+                                "Dockerfile:{line}: `{step}` fails in the layout the stage \
+                                 has built so far:\n{}",
+                                String::from_utf8_lossy(&output.stderr)
+                            );
+                        }
+                        "cp" if step.contains("target/") => {
+                            let words: Vec<&str> = step.split_whitespace().collect();
+                            built_binary = Some((words[1].to_owned(), words[2].to_owned()));
+                        }
+                        _ => {
+                            let status = std::process::Command::new("sh")
+                                .args(["-c", step])
+                                .current_dir(&workdir)
+                                .status()
+                                .unwrap();
+                            assert!(status.success(), "Dockerfile:{line}: {step}");
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(cargo_steps >= 2, "a dependency build and the real build");
+    let (built, copied_to) = built_binary.expect("the build stage copies the built binary out");
+    assert_eq!(
+        Path::new(&built).file_name(),
+        Path::new(env!("CARGO_BIN_EXE_myapp-operator")).file_name(),
+        "the build stage copies the binary cargo builds"
+    );
+    assert!(
+        text.contains(&format!("COPY --from=build {copied_to} ")),
+        "the runtime stage copies {copied_to}"
+    );
+}
+
+/// The Dockerfile's instructions with their first line number, continuation lines joined.
+fn dockerfile_instructions(text: &str) -> Vec<(usize, String)> {
+    let mut instructions = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if current.is_none() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        let (start, mut joined) = current.take().unwrap_or((index + 1, String::new()));
+        let (body, continued) = match trimmed.strip_suffix('\\') {
+            Some(body) => (body, true),
+            None => (trimmed, false),
+        };
+        joined.push_str(body.trim());
+        joined.push(' ');
+        if continued {
+            current = Some((start, joined));
+        } else {
+            instructions.push((start, joined.trim().to_owned()));
+        }
+    }
+    instructions
+}
+
+/// `.dockerignore`'s patterns, each either a top-level path (`target/`) or `**/*.ext`.
+fn docker_ignore(context: &Path) -> Vec<String> {
+    std::fs::read_to_string(context.join(".dockerignore"))
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/').to_owned())
+        .collect()
+}
+
+fn is_ignored(relative: &Path, patterns: &[String]) -> bool {
+    let path = relative.to_string_lossy();
+    patterns
+        .iter()
+        .any(|pattern| match pattern.strip_prefix("**/*") {
+            Some(suffix) => path.ends_with(suffix),
+            None => path == pattern.as_str(),
+        })
+}
+
+/// Copies `source` (a file or directory of the build context) to `target`, as `COPY` does.
+fn copy_context(
+    context: &Path,
+    source: &Path,
+    target: &Path,
+    ignored: &[String],
+) -> std::io::Result<()> {
+    let relative = source.strip_prefix(context).unwrap();
+    if !relative.as_os_str().is_empty() && is_ignored(relative, ignored) {
+        return Ok(());
+    }
+    if source.is_dir() {
+        std::fs::create_dir_all(target)?;
+        for entry in std::fs::read_dir(source)? {
+            let entry = entry?;
+            copy_context(
+                context,
+                &entry.path(),
+                &target.join(entry.file_name()),
+                ignored,
+            )?;
+        }
+        Ok(())
+    } else {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::copy(source, target).map(drop)
+    }
+}
