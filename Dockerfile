@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# Build: a static musl binary, with dependencies compiled in their own cached layer.
+# Build: a static musl binary, with dependencies compiled in their own cached layer, without the
+# default `dev` feature: the image carries no in-memory test API server (.ci/run checks it).
 FROM rust:1.95-bookworm AS build
 RUN rustup target add x86_64-unknown-linux-musl && apt-get update \
     && apt-get install -y --no-install-recommends musl-tools && rm -rf /var/lib/apt/lists/*
@@ -13,11 +14,11 @@ COPY sandbox/Cargo.toml sandbox/Cargo.toml
 COPY benches benches
 RUN mkdir -p src webhook/src sandbox/src \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
-    && cargo build --release --locked --target x86_64-unknown-linux-musl
+    && cargo build --release --locked --no-default-features --target x86_64-unknown-linux-musl
 COPY . .
 # The real sources are newer than the placeholders, so only workspace crates rebuild here.
 RUN touch src/main.rs src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
-    && cargo build --release --locked --target x86_64-unknown-linux-musl \
+    && cargo build --release --locked --no-default-features --target x86_64-unknown-linux-musl \
     && cp target/x86_64-unknown-linux-musl/release/myapp-operator /myapp-operator
 
 # Run: distroless static, non-root, no shell, only the binary.

@@ -24,6 +24,7 @@ pub enum Command {
     Run(RunArgs),
     /// Run everything locally with no cluster: an in-memory API server on loopback, the webhook
     /// with a fresh certificate, and the controller; prints how to point kubectl at it.
+    #[cfg(feature = "dev")]
     Dev(DevArgs),
     /// Print the MyApp CustomResourceDefinition as YAML (the content of deploy/crd.yaml).
     Crd,
@@ -77,6 +78,7 @@ pub struct RunArgs {
 }
 
 /// Flags of `dev`.
+#[cfg(feature = "dev")]
 #[derive(Debug, Args)]
 pub struct DevArgs {
     /// Address of the in-memory API server (loopback; port 0 picks a free one).

@@ -88,19 +88,24 @@ pub enum Error {
     /// The webhook server did not start (certificates, address, warm-up).
     #[error("failed to start the webhook server: {0}")]
     StartWebhook(#[source] webhook::Error),
-    // --- dev ---
+    // --- dev (only with the `dev` feature) ---
+    #[cfg(feature = "dev")]
     /// The in-memory API server did not start.
     #[error("failed to start the sandbox API server (is --api-addr free?): {0}")]
     StartSandbox(#[source] kube_sandbox::Error),
+    #[cfg(feature = "dev")]
     /// The sandbox's kubeconfig could not be read back.
     #[error("failed to read the sandbox kubeconfig: {0}")]
     ReadKubeconfig(#[source] kube::config::KubeconfigError),
+    #[cfg(feature = "dev")]
     /// Installing the CRD or the webhook configurations into the sandbox failed.
     #[error("failed to install into the sandbox: {0}")]
     Install(#[source] kube::Error),
+    #[cfg(feature = "dev")]
     /// The embedded deploy/webhooks.yaml does not parse.
     #[error("failed to parse deploy/webhooks.yaml: {0}")]
     ParseWebhooks(#[source] serde_saphyr::Error),
+    #[cfg(feature = "dev")]
     /// A document of deploy/webhooks.yaml is not the kind it says.
     #[error("failed to decode deploy/webhooks.yaml: {0}")]
     DecodeWebhooks(#[source] serde_json::Error),

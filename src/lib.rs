@@ -8,6 +8,7 @@ pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod error;
 pub mod leader;

@@ -25,6 +25,7 @@ fn main() -> anyhow::Result<()> {
             telemetry::init(args.log.log_format, &args.log.log_level)?;
             runtime()?.block_on(run::run(args))?;
         }
+        #[cfg(feature = "dev")]
         Command::Dev(args) => {
             telemetry::init(args.log.log_format, &args.log.log_level)?;
             runtime()?.block_on(myapp_operator::dev::dev(args))?;

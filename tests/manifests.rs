@@ -544,6 +544,10 @@ fn dockerfile_build_stage_steps_each_have_the_files_they_need() {
                         "cargo" => {
                             cargo_steps += 1;
                             assert!(step.contains("--locked"), "Dockerfile:{line}: {step}");
+                            assert!(
+                                step.contains("--no-default-features"),
+                                "Dockerfile:{line}: the image leaves `dev` and the sandbox out"
+                            );
                             let mut fetch = std::process::Command::new(env!("CARGO"));
                             fetch
                                 .args(["fetch", "--locked", "--offline", "--quiet"])
