@@ -460,8 +460,8 @@ pub enum TargetPort {
 }
 
 /// What a watch cache holds of `object` as the API returned it.
-#[cfg(test)]
-pub(crate) fn cached<T: Serialize, C: serde::de::DeserializeOwned>(object: &T) -> C {
+#[cfg(any(test, feature = "dev"))]
+pub fn cached<T: Serialize, C: serde::de::DeserializeOwned>(object: &T) -> C {
     serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
 }
 

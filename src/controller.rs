@@ -1,8 +1,7 @@
-//! The thin async shell around `resources.rs`: watch MyApps and their children, apply what
-//! differs, report status, back off on errors.
+//! The async shell around `plan.rs`: watch MyApps and their children, carry out what the plan
+//! says (applies, status, Events), back off on errors.
 
 use std::{
-    borrow::Cow,
     collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -34,20 +33,15 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::{
     Error,
     cache::{self, CachedDeployment, CachedService},
-    crd::{MyApp, MyAppStatus, Phase},
+    crd::{MyApp, MyAppStatus},
     metrics::{Metrics, ResultLabels},
+    plan::{self, Observed, PENDING_GRACE},
     recent::{RecentWrites, Waiting},
-    resources::{self, FIELD_MANAGER, Rollout},
+    resources::FIELD_MANAGER,
 };
 
 /// The field manager that keeps `spec.replicas` of a Deployment when a MyApp stops setting it.
 pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";
-
-/// How long after applying a Deployment the status waits for the Deployment controller to
-/// observe it before reporting `Pending`. The controller usually answers within milliseconds,
-/// and its answer triggers the next reconcile; a `Pending` written in between would be
-/// overwritten at once, so waiting saves one status write per change.
-pub const PENDING_GRACE: Duration = Duration::from_secs(3);
 
 /// Tunables of the controller, set from the CLI.
 #[derive(Clone, Debug)]
@@ -372,37 +366,45 @@ fn jitter(d: Duration, spread: f64) -> Duration {
     d.mul_f64(1.0 + spread * (2.0 * fastrand::f64() - 1.0))
 }
 
-/// One pass.
+/// One pass: gather what the caches know, let [`plan`] decide, carry the plan out.
 async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let name = app.name_any();
     let namespace = app
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
-    if app.meta().deletion_timestamp.is_some() {
-        // The garbage collector removes the children; there is nothing to converge towards.
-        return Ok(Outcome::default());
-    }
     ctx.deployments_listed.wait().await;
     ctx.services_listed.wait().await;
 
     let key = ObjectRef::from_obj(app);
-    let observed_deployment = ctx
+    let deployment = ctx
         .deployments
         .get(&ObjectRef::new(&name).within(&namespace));
-    let observed_service = ctx.services.get(&ObjectRef::new(&name).within(&namespace));
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let mut writes = 0;
+    let service = ctx.services.get(&ObjectRef::new(&name).within(&namespace));
+    let (deployment, service) = (deployment.as_deref(), service.as_deref());
+    // Asked first, always: a lookup that finds the cache caught up ends the entry.
+    let observed = Observed {
+        deployment,
+        service,
+        unseen_deployment: ctx
+            .applied
+            .unseen(&(key.clone(), Child::Deployment), version(deployment)),
+        unseen_service: ctx
+            .applied
+            .unseen(&(key.clone(), Child::Service), version(service)),
+        unseen_status: ctx
+            .reported
+            .unseen(&key, app.meta().resource_version.as_deref()),
+        awaiting_rollout: ctx.awaiting_rollout.elapsed(&key),
+    };
+    let plan = plan::plan(app, &observed, Timestamp::now());
+    if plan.rollout_observed {
+        ctx.awaiting_rollout.end(&key);
+    }
 
-    let desired = resources::deployment(app);
-    let deployment = ctx.child_state(
-        &key,
-        Child::Deployment,
-        &desired,
-        observed_deployment.as_deref(),
-    );
-    if deployment == ChildState::Stale {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    if let Some(desired) = &plan.deployment {
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
-        if let Some(replicas) = replicas_to_hand_over(app, observed_deployment.as_deref()) {
+        if let Some(replicas) = plan.hand_over_replicas {
             let keep = json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": name, "namespace": namespace},
@@ -416,118 +418,71 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             .await
             .map_err(Error::HandOffReplicas)?;
             ctx.metrics.wrote("replicas_handoff");
-            writes += 1;
         }
         let written = api
-            .patch(&name, &apply, &Patch::Apply(&desired))
+            .patch(&name, &apply, &Patch::Apply(desired))
             .await
             .map_err(Error::ApplyDeployment)?;
         ctx.metrics.wrote("deployment");
-        writes += 1;
         info!(%name, %namespace, "Applied Deployment");
         ctx.applied.record(
             (key.clone(), Child::Deployment),
-            observed_deployment
-                .as_ref()
-                .and_then(|d| d.resource_version()),
+            version(deployment).map(str::to_owned),
             written.resource_version().as_deref(),
-            digest(&desired),
+            plan::digest(desired),
         );
         ctx.awaiting_rollout.start(key.clone());
     }
-
-    let desired = resources::service(app);
-    let service = ctx.child_state(&key, Child::Service, &desired, observed_service.as_deref());
-    if service == ChildState::Stale {
+    if let Some(desired) = &plan.service {
         let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
-            .patch(&name, &apply, &Patch::Apply(&desired))
+            .patch(&name, &apply, &Patch::Apply(desired))
             .await
             .map_err(Error::ApplyService)?;
         ctx.metrics.wrote("service");
-        writes += 1;
         info!(%name, %namespace, "Applied Service");
         ctx.applied.record(
             (key.clone(), Child::Service),
-            observed_service.as_ref().and_then(|s| s.resource_version()),
+            version(service).map(str::to_owned),
             written.resource_version().as_deref(),
-            digest(&desired),
+            plan::digest(desired),
         );
     }
-
-    if deployment != ChildState::Current {
-        // The cache holds the Deployment as it was before our apply. The watch event of the
-        // apply triggers the next reconcile, which reports on the new one, so a status
-        // written now would be overwritten at once (one write saved per change).
-        return Ok(Outcome {
-            writes,
-            recheck: Some(PENDING_GRACE),
-        });
-    }
-    let rollout = observed_deployment.as_deref().map(Rollout::from_deployment);
-    let observed = rollout.as_ref().is_some_and(Rollout::is_current);
-    if let Some(wait) = ctx.pending_grace_left(&key, observed) {
-        // Its controller has not answered our apply yet; its answer triggers a reconcile.
-        return Ok(Outcome {
-            writes,
-            recheck: Some(wait),
-        });
-    }
-
-    // Compare with our last status write if the cache has not seen it yet.
-    let mut reported = Cow::Borrowed(app);
-    if let Some(status) = ctx
-        .reported
-        .unseen(&key, app.meta().resource_version.as_deref())
-    {
-        reported.to_mut().status = Some(status);
-    }
-    let status = resources::status(&reported, rollout.as_ref(), Timestamp::now());
-    if reported.status.as_ref() != Some(&status) {
+    if let Some(status) = &plan.status {
         let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
         let written = Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
             .patch_status(&name, &apply, &Patch::Apply(&patch))
             .await
             .map_err(Error::PatchStatus)?;
         ctx.metrics.wrote("status");
-        writes += 1;
-        let before = reported.status.as_ref().and_then(|s| s.phase);
-        let after = status.phase;
         ctx.reported.record(
             key,
             app.resource_version(),
             written.resource_version().as_deref(),
-            status,
+            status.clone(),
         );
-        if before != after {
-            publish_phase_change(ctx, app, before, after).await;
-        }
+    }
+    if let Some(event) = &plan.event {
+        let event = Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.clone(),
+            note: Some(event.note.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        ctx.publish(&event, &app.object_ref(&())).await;
     }
     Ok(Outcome {
-        writes,
-        recheck: None,
+        writes: plan.writes(),
+        recheck: plan.recheck,
     })
 }
 
-/// What the cache says about a child, against what we would apply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ChildState {
-    /// The cache holds it as we would apply it.
-    Current,
-    /// We applied it as desired; the cache has not seen that apply yet.
-    Unseen,
-    /// Missing or different: apply.
-    Stale,
-}
-
-/// The applied-digest annotation of a desired child.
-fn digest<K: Resource>(desired: &K) -> String {
-    desired
-        .meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(resources::APPLIED_DIGEST_ANNOTATION))
-        .cloned()
-        .unwrap_or_default()
+fn version<K: Resource>(cached: Option<&K>) -> Option<&str> {
+    cached.and_then(|o| o.meta().resource_version.as_deref())
 }
 
 impl Context {
@@ -544,74 +499,6 @@ impl Context {
             warn!(%error, "Failed to publish Event");
         }
     }
-
-    fn child_state<D: Resource + serde::Serialize, O: Resource + serde::Serialize>(
-        &self,
-        key: &ObjectRef<MyApp>,
-        child: Child,
-        desired: &D,
-        observed: Option<&O>,
-    ) -> ChildState {
-        // Asked first, always: a cache that caught up with our write ends its entry.
-        let cached = observed.and_then(|o| o.meta().resource_version.as_deref());
-        let unseen = self.applied.unseen(&(key.clone(), child), cached);
-        if observed.is_some_and(|o| resources::is_applied(desired, o)) {
-            ChildState::Current
-        } else if unseen.is_some_and(|written| written == digest(desired)) {
-            ChildState::Unseen
-        } else {
-            ChildState::Stale
-        }
-    }
-
-    /// How much longer to wait before reporting a Deployment its controller has not observed
-    /// yet; `None` once it has, or once the grace period after our last apply is over.
-    fn pending_grace_left(&self, key: &ObjectRef<MyApp>, observed: bool) -> Option<Duration> {
-        if observed {
-            self.awaiting_rollout.end(key);
-            return None;
-        }
-        let waited = self.awaiting_rollout.elapsed(key)?;
-        PENDING_GRACE
-            .checked_sub(waited)
-            .filter(|left| !left.is_zero())
-    }
-}
-
-/// When a MyApp stops setting `spec.replicas`, the Deployment must keep its current count: a
-/// field its only manager stops applying is removed (and would default to 1). So the count
-/// is first applied by a second manager, which keeps owning it until the MyApp sets it again.
-fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<i32> {
-    let observed = observed?;
-    let we_set_it = observed.annotations.get(resources::REPLICAS_ANNOTATION) == Some("true");
-    (app.spec.replicas.is_none() && we_set_it)
-        .then(|| observed.spec.as_ref().and_then(|s| s.replicas))
-        .flatten()
-}
-
-async fn publish_phase_change(
-    ctx: &Context,
-    app: &MyApp,
-    before: Option<Phase>,
-    after: Option<Phase>,
-) {
-    let Some(after) = after else { return };
-    let type_ = if after == Phase::Degraded {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
-    let event = Event {
-        type_,
-        reason: format!("{after:?}"),
-        note: Some(match before {
-            Some(before) => format!("phase changed from {before:?} to {after:?}"),
-            None => format!("phase is {after:?}"),
-        }),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    ctx.publish(&event, &app.object_ref(&())).await;
 }
 
 #[cfg(test)]
@@ -672,34 +559,5 @@ mod tests {
             "status-only change, our own status write among them"
         );
         assert!(needs_reconcile(&InitApply(app(2, Some(2)))), "relist");
-    }
-
-    #[test]
-    fn replicas_are_handed_over_only_when_the_spec_stops_setting_them() {
-        let mut app = MyApp::new(
-            "web",
-            MyAppSpec {
-                replicas: Some(5),
-                image: "nginx".into(),
-                port: 80,
-                env: vec![],
-            },
-        );
-        app.metadata.namespace = Some("ns".into());
-        let applied: CachedDeployment = cache::cached(&resources::deployment(&app));
-        assert_eq!(
-            replicas_to_hand_over(&app, Some(&applied)),
-            None,
-            "spec still sets replicas"
-        );
-        app.spec.replicas = None;
-        assert_eq!(replicas_to_hand_over(&app, Some(&applied)), Some(5));
-        let unmanaged: CachedDeployment = cache::cached(&resources::deployment(&app));
-        assert_eq!(
-            replicas_to_hand_over(&app, Some(&unmanaged)),
-            None,
-            "we never set them"
-        );
-        assert_eq!(replicas_to_hand_over(&app, None), None);
     }
 }

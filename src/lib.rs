@@ -11,8 +11,11 @@ pub mod crd;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod error;
+#[cfg(any(test, feature = "dev"))]
+pub mod fixtures;
 pub mod leader;
 pub mod metrics;
+pub mod plan;
 pub mod recent;
 pub mod resources;
 pub mod run;

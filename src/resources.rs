@@ -276,7 +276,7 @@ impl Rollout {
 /// The phase, derived in this order:
 /// - `Pending`: no Deployment observed yet, or its controller has not yet observed its current
 ///   generation (nothing is known about the current spec). The controller reports it only
-///   once that has lasted [`crate::controller::PENDING_GRACE`] after its apply;
+///   once that has lasted [`crate::plan::PENDING_GRACE`] after its apply;
 /// - `Degraded`: the rollout failed (`Progressing=False`, `ProgressDeadlineExceeded`), or the
 ///   Deployment has reported `Available=False` for longer than [`DEGRADED_AFTER`];
 /// - `Running`: every desired replica is updated and available, and no old ones remain;

@@ -1,0 +1,426 @@
+//! What one reconcile does, decided without IO: from a MyApp, what the watch caches observed,
+//! which of our writes they have not seen yet, and the time, to the writes to make, the Event
+//! to publish and when to look again. `controller.rs` gathers the inputs and carries it out.
+
+use std::{borrow::Cow, time::Duration};
+
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Service},
+    jiff::Timestamp,
+};
+use kube::Resource;
+
+use crate::{
+    cache::{CachedDeployment, CachedService},
+    crd::{MyApp, MyAppStatus, Phase},
+    resources::{self, Rollout},
+};
+
+/// How long after applying a Deployment the status waits for the Deployment controller to
+/// observe it before reporting `Pending`. The controller usually answers within milliseconds,
+/// and its answer triggers the next reconcile; a `Pending` written in between would be
+/// overwritten at once, so waiting saves one status write per change.
+pub const PENDING_GRACE: Duration = Duration::from_secs(3);
+
+/// What a reconcile knows besides the MyApp itself.
+#[derive(Clone, Debug, Default)]
+pub struct Observed<'a> {
+    /// The child Deployment as the watch cache holds it.
+    pub deployment: Option<&'a CachedDeployment>,
+    /// The child Service as the watch cache holds it.
+    pub service: Option<&'a CachedService>,
+    /// Digest of our last Deployment apply, if the cache has not seen it yet.
+    pub unseen_deployment: Option<String>,
+    /// Digest of our last Service apply, if the cache has not seen it yet.
+    pub unseen_service: Option<String>,
+    /// Our last status write, if the MyApp cache has not seen it yet.
+    pub unseen_status: Option<MyAppStatus>,
+    /// How long ago we applied a Deployment whose controller has not observed it yet.
+    pub awaiting_rollout: Option<Duration>,
+}
+
+/// What to do, in this order: hand over replicas, apply the Deployment, apply the Service,
+/// write the status, then publish the Event (only once the status write succeeded).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Apply the Deployment's current replica count under the hand-off manager first.
+    pub hand_over_replicas: Option<i32>,
+    /// Apply this Deployment.
+    pub deployment: Option<Deployment>,
+    /// Apply this Service.
+    pub service: Option<Service>,
+    /// Write this status.
+    pub status: Option<MyAppStatus>,
+    /// Publish this Event once the status is written.
+    pub event: Option<PhaseEvent>,
+    /// The Deployment's controller has observed our last apply: stop waiting for it.
+    pub rollout_observed: bool,
+    /// Look again this soon (instead of the resync period).
+    pub recheck: Option<Duration>,
+}
+
+impl Plan {
+    /// Writes the plan makes (the Event not counted).
+    pub fn writes(&self) -> u32 {
+        [
+            self.hand_over_replicas.is_some(),
+            self.deployment.is_some(),
+            self.service.is_some(),
+            self.status.is_some(),
+        ]
+        .into_iter()
+        .map(u32::from)
+        .sum()
+    }
+}
+
+/// An Event about a phase change of the MyApp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseEvent {
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// The new phase's name.
+    pub reason: String,
+    /// What changed, for people.
+    pub note: String,
+}
+
+/// What a child's cached state says, against what we would apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChildState {
+    /// The cache holds it as we would apply it.
+    Current,
+    /// We applied it as desired; the cache has not seen that apply yet.
+    Unseen,
+    /// Missing or different: apply.
+    Stale,
+}
+
+/// Decides one reconcile of `app`.
+pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
+    let mut plan = Plan::default();
+    if app.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the children; there is nothing to converge towards.
+        return plan;
+    }
+
+    let desired = resources::deployment(app);
+    let deployment = child_state(
+        &desired,
+        observed.deployment,
+        observed.unseen_deployment.as_deref(),
+    );
+    if deployment == ChildState::Stale {
+        plan.hand_over_replicas = replicas_to_hand_over(app, observed.deployment);
+        plan.deployment = Some(desired);
+    }
+    let desired = resources::service(app);
+    if child_state(
+        &desired,
+        observed.service,
+        observed.unseen_service.as_deref(),
+    ) == ChildState::Stale
+    {
+        plan.service = Some(desired);
+    }
+
+    if deployment != ChildState::Current {
+        // The cache holds the Deployment as it was before our apply. The watch event of the
+        // apply triggers the next reconcile, which reports on the new one, so a status
+        // written now would be overwritten at once (one write saved per change).
+        plan.recheck = Some(PENDING_GRACE);
+        return plan;
+    }
+    let rollout = observed.deployment.map(Rollout::from_deployment);
+    plan.rollout_observed = rollout.as_ref().is_some_and(Rollout::is_current);
+    if !plan.rollout_observed
+        && let Some(waited) = observed.awaiting_rollout
+        && let Some(left) = PENDING_GRACE.checked_sub(waited).filter(|l| !l.is_zero())
+    {
+        // Its controller has not answered our apply yet; its answer triggers a reconcile.
+        plan.recheck = Some(left);
+        return plan;
+    }
+
+    // Compare with our last status write if the cache has not seen it yet.
+    let reported = match &observed.unseen_status {
+        Some(status) => Cow::Owned(MyApp {
+            status: Some(status.clone()),
+            ..app.clone()
+        }),
+        None => Cow::Borrowed(app),
+    };
+    let status = resources::status(&reported, rollout.as_ref(), now);
+    if reported.status.as_ref() != Some(&status) {
+        let before = reported.status.as_ref().and_then(|s| s.phase);
+        plan.event = phase_event(before, status.phase);
+        plan.status = Some(status);
+    }
+    plan
+}
+
+/// The applied-digest annotation of a desired child: what the read-your-writes memory keeps.
+pub fn digest<K: Resource>(desired: &K) -> String {
+    desired
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(resources::APPLIED_DIGEST_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn child_state<D: Resource + serde::Serialize, O: serde::Serialize>(
+    desired: &D,
+    observed: Option<&O>,
+    unseen: Option<&str>,
+) -> ChildState {
+    if observed.is_some_and(|o| resources::is_applied(desired, o)) {
+        ChildState::Current
+    } else if unseen.is_some_and(|written| written == digest(desired)) {
+        ChildState::Unseen
+    } else {
+        ChildState::Stale
+    }
+}
+
+/// When a MyApp stops setting `spec.replicas`, the Deployment must keep its current count: a
+/// field its only manager stops applying is removed (and would default to 1). So the count
+/// is first applied by a second manager, which keeps owning it until the MyApp sets it again.
+fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<i32> {
+    let observed = observed?;
+    let we_set_it = observed.annotations.get(resources::REPLICAS_ANNOTATION) == Some("true");
+    (app.spec.replicas.is_none() && we_set_it)
+        .then(|| observed.spec.as_ref().and_then(|s| s.replicas))
+        .flatten()
+}
+
+fn phase_event(before: Option<Phase>, after: Option<Phase>) -> Option<PhaseEvent> {
+    let after = after?;
+    if before == Some(after) {
+        return None;
+    }
+    Some(PhaseEvent {
+        warning: after == Phase::Degraded,
+        reason: format!("{after:?}"),
+        note: match before {
+            Some(before) => format!("phase changed from {before:?} to {after:?}"),
+            None => format!("phase is {after:?}"),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{self, DeploymentStatus};
+
+    const NOW: Timestamp = Timestamp::UNIX_EPOCH;
+
+    /// The Deployment we apply for `app`, as the cache holds it once its controller has rolled
+    /// it out completely.
+    fn rolled_out(app: &MyApp) -> CachedDeployment {
+        let mut deployment: CachedDeployment = cache::cached(&resources::deployment(app));
+        let replicas = app.spec.replicas.unwrap_or(1);
+        deployment.metadata.generation = Some(1);
+        deployment.metadata.resource_version = Some("10".into());
+        deployment.status = Some(DeploymentStatus {
+            observed_generation: Some(1),
+            replicas: Some(replicas),
+            updated_replicas: Some(replicas),
+            available_replicas: Some(replicas),
+            conditions: None,
+        });
+        deployment
+    }
+
+    /// The same, before its controller has observed it.
+    fn unobserved(app: &MyApp) -> CachedDeployment {
+        let mut deployment = rolled_out(app);
+        deployment.status = None;
+        deployment
+    }
+
+    fn service(app: &MyApp) -> CachedService {
+        cache::cached(&resources::service(app))
+    }
+
+    fn running(app: &MyApp) -> MyAppStatus {
+        let deployment = rolled_out(app);
+        resources::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
+    }
+
+    /// What a plan writes, in a line a table can compare.
+    fn summary(plan: &Plan) -> String {
+        let mut parts = Vec::new();
+        if let Some(replicas) = plan.hand_over_replicas {
+            parts.push(format!("hand over {replicas}"));
+        }
+        if plan.deployment.is_some() {
+            parts.push("apply Deployment".into());
+        }
+        if plan.service.is_some() {
+            parts.push("apply Service".into());
+        }
+        if let Some(status) = &plan.status {
+            parts.push(format!("status {:?}", status.phase.unwrap()));
+        }
+        if let Some(event) = &plan.event {
+            parts.push(format!("event {}", event.reason));
+        }
+        if let Some(recheck) = plan.recheck {
+            parts.push(format!("recheck {}s", recheck.as_secs()));
+        }
+        if parts.is_empty() {
+            "nothing".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    #[test]
+    fn the_plan_writes_what_differs_and_nothing_at_steady_state() {
+        let app = MyApp::test("web");
+        let deployment = rolled_out(&app);
+        let pending = unobserved(&app);
+        let svc = service(&app);
+        let steady = app.clone().status(running(&app));
+        let stopped_setting = steady.clone().replicas(None).generation(2);
+        let observed_replicas = rolled_out(&steady);
+        let just_applied = resources::deployment(&app);
+        let deleted = app.clone().deleted();
+        let cases: Vec<(&str, &MyApp, Observed<'_>, &str)> = vec![
+            (
+                "a new MyApp gets both children, and its status waits for their watch events",
+                &app,
+                Observed::default(),
+                "apply Deployment, apply Service, recheck 3s",
+            ),
+            (
+                "our applies the caches have not seen are not repeated",
+                &app,
+                Observed {
+                    unseen_deployment: Some(digest(&just_applied)),
+                    unseen_service: Some(digest(&resources::service(&app))),
+                    ..Observed::default()
+                },
+                "recheck 3s",
+            ),
+            (
+                "a rolled-out Deployment is reported Running, once",
+                &app,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "status Running, event Running",
+            ),
+            (
+                "steady state: no write, no Event, the resync period",
+                &steady,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "nothing",
+            ),
+            (
+                "our status write the cache has not seen is not repeated",
+                &app,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    unseen_status: Some(running(&app)),
+                    ..Observed::default()
+                },
+                "nothing",
+            ),
+            (
+                "a Deployment its controller has not observed waits out the grace",
+                &app,
+                Observed {
+                    deployment: Some(&pending),
+                    service: Some(&svc),
+                    awaiting_rollout: Some(Duration::from_secs(1)),
+                    ..Observed::default()
+                },
+                "recheck 2s",
+            ),
+            (
+                "past the grace it is reported Pending",
+                &app,
+                Observed {
+                    deployment: Some(&pending),
+                    service: Some(&svc),
+                    awaiting_rollout: Some(PENDING_GRACE),
+                    ..Observed::default()
+                },
+                "status Pending, event Pending",
+            ),
+            (
+                "a spec that stops setting replicas hands the count over first",
+                &stopped_setting,
+                Observed {
+                    deployment: Some(&observed_replicas),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "hand over 2, apply Deployment, recheck 3s",
+            ),
+            (
+                "a MyApp being deleted is left to the garbage collector",
+                &deleted,
+                Observed::default(),
+                "nothing",
+            ),
+        ];
+        for (case, app, observed, expected) in cases {
+            let plan = plan(app, &observed, NOW);
+            assert_eq!(summary(&plan), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_changed_spec_reapplies_only_the_child_it_changes() {
+        let app = MyApp::test("web").status(MyAppStatus::default());
+        let deployment = rolled_out(&app);
+        let svc = service(&app);
+        let observed = Observed {
+            deployment: Some(&deployment),
+            service: Some(&svc),
+            ..Observed::default()
+        };
+        let edited = app.clone().image("ghcr.io/example/web:1.5.0").generation(2);
+        assert_eq!(
+            summary(&plan(&edited, &observed, NOW)),
+            "apply Deployment, recheck 3s"
+        );
+        let edited = app.clone().port(9090).generation(2);
+        assert_eq!(
+            summary(&plan(&edited, &observed, NOW)),
+            "apply Deployment, apply Service, recheck 3s"
+        );
+    }
+
+    #[test]
+    fn replicas_are_handed_over_only_when_the_spec_stops_setting_them() {
+        let app = MyApp::test("web").replicas(Some(5));
+        let applied: CachedDeployment = cache::cached(&resources::deployment(&app));
+        assert_eq!(
+            replicas_to_hand_over(&app, Some(&applied)),
+            None,
+            "spec still sets replicas"
+        );
+        let app = app.replicas(None);
+        assert_eq!(replicas_to_hand_over(&app, Some(&applied)), Some(5));
+        let unmanaged: CachedDeployment = cache::cached(&resources::deployment(&app));
+        assert_eq!(
+            replicas_to_hand_over(&app, Some(&unmanaged)),
+            None,
+            "we never set them"
+        );
+        assert_eq!(replicas_to_hand_over(&app, None), None);
+    }
+}
