@@ -1,13 +1,14 @@
 //! What the watch caches keep. Children are partial typed objects holding only the fields
 //! [`crate::resources`] applies (so [`crate::resources::is_applied`] can compare) and the status
-//! fields [`crate::resources::Rollout`] reads; MyApps lose what nothing reads ([`slim_myapp`]).
+//! fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads ([`slim_myapp`]).
 //!
 //! The watch caches hold one of each child per MyApp, so their size is the operator's memory.
 //! A k8s-openapi `Deployment` is 2.4 KB inline and each `Container` another 2.1 KB before any
 //! content, nearly all of it optional fields the operator never reads. These types deserialize
 //! straight from the API's JSON (unknown fields are skipped while parsing), serialize under the
 //! same field names, and inherit the `Resource` impl of the full type, so `Api`, the watcher and
-//! the reflector use them like the real thing.
+//! the reflector use them like the real thing. The partial types inside them are named
+//! `Slim*`, so that none reads as k8s-openapi's type of the same name.
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
@@ -32,7 +33,8 @@ use crate::{
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Str(Cow<'static, str>);
 
-/// The strings [`Str`] shares. Anything else is kept as read.
+/// The strings [`Str`] shares. Anything else is kept as read. A test checks that every string
+/// the builders in `resources` emit for every MyApp alike is here.
 const KNOWN: &[&str] = &[
     // What the operator writes (see `resources`).
     "app.kubernetes.io/name",
@@ -66,6 +68,12 @@ impl Str {
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether this is one of the shared statics.
+    #[cfg(test)]
+    fn is_shared(&self) -> bool {
+        matches!(self.0, Cow::Borrowed(_))
     }
 
     fn known(s: &str) -> Option<Self> {
@@ -191,13 +199,13 @@ pub struct CachedDeployment {
     pub labels: Labels,
     /// The operator's own `metadata.annotations`; others are not kept.
     pub annotations: Labels,
-    pub spec: Option<DeploymentSpec>,
-    pub status: Option<DeploymentStatus>,
+    pub spec: Option<SlimDeploymentSpec>,
+    pub status: Option<SlimDeploymentStatus>,
 }
 
 impl<'de> Deserialize<'de> for CachedDeployment {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let wire = Wire::<DeploymentSpec, DeploymentStatus>::deserialize(deserializer)?;
+        let wire = Wire::<SlimDeploymentSpec, SlimDeploymentStatus>::deserialize(deserializer)?;
         let (metadata, labels, annotations) = wire.metadata.split();
         Ok(Self {
             metadata,
@@ -222,59 +230,59 @@ impl Serialize for CachedDeployment {
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeploymentSpec {
+pub struct SlimDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     #[serde(default)]
-    pub selector: LabelSelector,
+    pub selector: SlimLabelSelector,
     #[serde(default)]
-    pub template: PodTemplate,
+    pub template: SlimPodTemplate,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LabelSelector {
+pub struct SlimLabelSelector {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_labels: Option<Labels>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-pub struct PodTemplate {
+pub struct SlimPodTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<TemplateMeta>,
+    pub metadata: Option<SlimTemplateMeta>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec: Option<PodSpec>,
+    pub spec: Option<SlimPodSpec>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-pub struct TemplateMeta {
+pub struct SlimTemplateMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<Labels>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-pub struct PodSpec {
+pub struct SlimPodSpec {
     #[serde(default)]
-    pub containers: Vec<Container>,
+    pub containers: Vec<SlimContainer>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Container {
+pub struct SlimContainer {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ports: Option<Vec<ContainerPort>>,
+    pub ports: Option<Vec<SlimContainerPort>>,
     /// `valueFrom` is not kept: an entry set that way by someone else lacks the `value` the
     /// operator applies, so it reads as different, which it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<Vec<EnvVar>>,
+    pub env: Option<Vec<SlimEnvVar>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerPort {
+pub struct SlimContainerPort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<Str>,
     pub container_port: i32,
@@ -283,7 +291,7 @@ pub struct ContainerPort {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-pub struct EnvVar {
+pub struct SlimEnvVar {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -291,7 +299,7 @@ pub struct EnvVar {
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeploymentStatus {
+pub struct SlimDeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,13 +309,13 @@ pub struct DeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conditions: Option<Vec<DeploymentCondition>>,
+    pub conditions: Option<Vec<SlimDeploymentCondition>>,
 }
 
 /// A Deployment condition without its message and `lastUpdateTime`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeploymentCondition {
+pub struct SlimDeploymentCondition {
     #[serde(rename = "type")]
     pub type_: Str,
     pub status: Str,
@@ -327,12 +335,12 @@ pub struct CachedService {
     pub labels: Labels,
     /// The operator's own `metadata.annotations`; others are not kept.
     pub annotations: Labels,
-    pub spec: Option<ServiceSpec>,
+    pub spec: Option<SlimServiceSpec>,
 }
 
 impl<'de> Deserialize<'de> for CachedService {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let wire = Wire::<ServiceSpec, serde::de::IgnoredAny>::deserialize(deserializer)?;
+        let wire = Wire::<SlimServiceSpec, serde::de::IgnoredAny>::deserialize(deserializer)?;
         let (metadata, labels, annotations) = wire.metadata.split();
         Ok(Self {
             metadata,
@@ -429,23 +437,23 @@ impl<'a> WireMetaRef<'a> {
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ServiceSpec {
+pub struct SlimServiceSpec {
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<Str>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Labels>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ports: Option<Vec<ServicePort>>,
+    pub ports: Option<Vec<SlimServicePort>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ServicePort {
+pub struct SlimServicePort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<Str>,
     pub port: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_port: Option<TargetPort>,
+    pub target_port: Option<SlimTargetPort>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<Str>,
 }
@@ -454,7 +462,7 @@ pub struct ServicePort {
 /// name a [`Str`]).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
-pub enum TargetPort {
+pub enum SlimTargetPort {
     Number(i32),
     Name(Str),
 }
@@ -468,6 +476,74 @@ pub fn cached<T: Serialize, C: serde::de::DeserializeOwned>(object: &T) -> C {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `Str` of a cached child, with where it is.
+    fn strings_of(deployment: &CachedDeployment, service: &CachedService) -> Vec<(String, Str)> {
+        let mut found = Vec::new();
+        let mut labels = |place: &str, labels: &Labels| {
+            for (key, value) in &labels.0 {
+                found.push((format!("{place} key"), key.clone()));
+                found.push((format!("{place}[{}]", key.as_str()), value.clone()));
+            }
+        };
+        labels("deployment labels", &deployment.labels);
+        labels("deployment annotations", &deployment.annotations);
+        labels("service labels", &service.labels);
+        labels("service annotations", &service.annotations);
+        let spec = deployment.spec.clone().unwrap_or_default();
+        labels(
+            "selector",
+            &spec.selector.match_labels.clone().unwrap_or_default(),
+        );
+        let template = spec.template.metadata.clone().unwrap_or_default();
+        labels("template labels", &template.labels.unwrap_or_default());
+        let service_spec = service.spec.clone().unwrap_or_default();
+        labels(
+            "service selector",
+            &service_spec.selector.unwrap_or_default(),
+        );
+        for container in spec.template.spec.unwrap_or_default().containers {
+            for port in container.ports.unwrap_or_default() {
+                found.extend(port.name.map(|n| ("container port name".into(), n)));
+                found.extend(port.protocol.map(|p| ("container port protocol".into(), p)));
+            }
+        }
+        found.extend(service_spec.type_.map(|t| ("service type".into(), t)));
+        for port in service_spec.ports.unwrap_or_default() {
+            found.extend(port.name.map(|n| ("service port name".into(), n)));
+            found.extend(port.protocol.map(|p| ("service port protocol".into(), p)));
+            if let Some(SlimTargetPort::Name(name)) = port.target_port {
+                found.push(("service target port".into(), name));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_string_the_builders_emit_for_every_myapp_alike_is_shared() {
+        let children = |app: &MyApp| -> (CachedDeployment, CachedService) {
+            (
+                cached(&crate::resources::deployment(app)),
+                cached(&crate::resources::service(app)),
+            )
+        };
+        let (d1, s1) = children(&MyApp::test("web").env("A", "1"));
+        let (d2, s2) = children(&MyApp::test("shop").replicas(None).port(9090));
+        let (first, second) = (strings_of(&d1, &s1), strings_of(&d2, &s2));
+        assert!(first.len() > 10, "the walk finds the strings: {first:?}");
+        let mut constant = 0;
+        for (place, value) in &first {
+            let same_everywhere = second.iter().any(|(p, v)| p == place && v == value);
+            if same_everywhere {
+                constant += 1;
+                assert!(
+                    value.is_shared(),
+                    "{place} = {value:?} is the same for every MyApp: add it to KNOWN"
+                );
+            }
+        }
+        assert!(constant > 5, "{first:?}");
+    }
 
     #[test]
     fn strings_the_operator_writes_are_shared_others_kept_as_read() {
@@ -491,10 +567,13 @@ mod tests {
 
     #[test]
     fn a_target_port_is_a_number_or_a_name() {
-        let ports: Vec<TargetPort> = serde_json::from_str(r#"[8080, "http"]"#).unwrap();
+        let ports: Vec<SlimTargetPort> = serde_json::from_str(r#"[8080, "http"]"#).unwrap();
         assert_eq!(
             ports,
-            [TargetPort::Number(8080), TargetPort::Name(PORT_NAME.into())]
+            [
+                SlimTargetPort::Number(8080),
+                SlimTargetPort::Name(PORT_NAME.into())
+            ]
         );
         assert_eq!(serde_json::to_string(&ports).unwrap(), r#"[8080,"http"]"#);
     }

@@ -96,7 +96,7 @@ pub struct DevArgs {
     pub admin_addr: SocketAddr,
     /// Where to write the kubeconfig that points at the in-memory API server, and the
     /// generated certificates.
-    #[arg(long, env = "MYAPP_DEV_STATE_DIR", default_value_os_t = crate::dev::default_state_dir())]
+    #[arg(long, env = "MYAPP_DEV_STATE_DIR", default_value_os_t = default_state_dir())]
     pub state_dir: PathBuf,
     /// How long the simulated Deployment controller takes to roll out a change.
     #[arg(long, env = "MYAPP_DEV_ROLLOUT_DELAY", default_value = "3s", value_parser = parse_duration)]
@@ -107,6 +107,12 @@ pub struct DevArgs {
     pub admission: AdmissionArgs,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+/// Default for `--state-dir`: a folder in the system's temporary directory.
+#[cfg(feature = "dev")]
+pub fn default_state_dir() -> PathBuf {
+    std::env::temp_dir().join("myapp-operator-dev")
 }
 
 /// Webhook server flags.

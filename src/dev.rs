@@ -300,8 +300,3 @@ pub const NEXT_STEPS: &[&str] = &[
     "kubectl apply -f deploy/examples/invalid-replicas-negative.yaml           # refused by the CRD schema",
     "kubectl apply -f deploy/examples/invalid-image-digest-wrong-length.yaml   # refused by the webhook",
 ];
-
-/// Default for `--state-dir`: a folder in the system's temporary directory.
-pub fn default_state_dir() -> PathBuf {
-    std::env::temp_dir().join("myapp-operator-dev")
-}

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod recent;
 pub mod resources;
 pub mod run;
+pub mod status;
 pub mod telemetry;
 
 pub use error::Error;

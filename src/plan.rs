@@ -13,7 +13,8 @@ use kube::Resource;
 use crate::{
     cache::{CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
-    resources::{self, Rollout},
+    resources,
+    status::{self, Rollout},
 };
 
 /// How long after applying a Deployment the status waits for the Deployment controller to
@@ -150,7 +151,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         }),
         None => Cow::Borrowed(app),
     };
-    let status = resources::status(&reported, rollout.as_ref(), now);
+    let status = status::status(&reported, rollout.as_ref(), now);
     if reported.status.as_ref() != Some(&status) {
         let before = reported.status.as_ref().and_then(|s| s.phase);
         plan.event = phase_event(before, status.phase);
@@ -213,7 +214,7 @@ fn phase_event(before: Option<Phase>, after: Option<Phase>) -> Option<PhaseEvent
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{self, DeploymentStatus};
+    use crate::cache::{self, SlimDeploymentStatus};
 
     const NOW: Timestamp = Timestamp::UNIX_EPOCH;
 
@@ -224,7 +225,7 @@ mod tests {
         let replicas = app.spec.replicas.unwrap_or(1);
         deployment.metadata.generation = Some(1);
         deployment.metadata.resource_version = Some("10".into());
-        deployment.status = Some(DeploymentStatus {
+        deployment.status = Some(SlimDeploymentStatus {
             observed_generation: Some(1),
             replicas: Some(replicas),
             updated_replicas: Some(replicas),
@@ -247,7 +248,7 @@ mod tests {
 
     fn running(app: &MyApp) -> MyAppStatus {
         let deployment = rolled_out(app);
-        resources::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
+        status::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
     }
 
     /// What a plan writes, in a line a table can compare.
