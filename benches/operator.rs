@@ -8,7 +8,7 @@
 //! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
 //! profiler (`heaptrack -o /tmp/operator`).
 
-#[path = "../tests/support/process.rs"]
+#[path = "../tests/it/support/process.rs"]
 mod process;
 
 use std::{
@@ -299,7 +299,7 @@ async fn bench(apps: usize, concurrency: usize) {
                     .await
                     .unwrap_or_else(|e| panic!("loader: applying Service {name}: {e}"));
                 let status = json!({"apiVersion": "example.com/v1", "kind": "MyApp",
-                                    "status": resources::status(&a, None, k8s_openapi::jiff::Timestamp::now())});
+                                    "status": myapp_operator::status::status(&a, None, k8s_openapi::jiff::Timestamp::now())});
                 Api::<MyApp>::namespaced(client, "baseline")
                     .patch_status(&name, &apply, &Patch::Apply(&status))
                     .await

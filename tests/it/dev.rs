@@ -1,8 +1,7 @@
 //! `myapp-operator dev` as a new user runs it: the real binary, its printed instructions, and
 //! the real kubectl against the sandbox it starts.
 
-#[path = "../sandbox/tests/support/kubectl.rs"]
-mod kubectl;
+use crate::support::kubectl;
 
 use std::{
     io::{BufRead, BufReader},

@@ -1,10 +1,8 @@
 //! The operator end to end on the sandbox: the real kube `Controller`, the real HTTPS webhook,
 //! and the sandbox's admission chain calling it — the same `Environment` `dev` runs.
 
-#[path = "support/converge.rs"]
-mod converge;
-#[path = "support/operator.rs"]
-mod operator;
+use crate::support::converge;
+use crate::support::operator;
 
 use converge::{converged, eventually};
 use operator::Operator;

@@ -7,16 +7,13 @@
 //! What the sandbox cannot prove here (cert-manager issuing, the pod running under the
 //! ServiceAccount with RBAC enforced, Pod Security admission) is listed in deploy/README.md.
 
-#[path = "support/converge.rs"]
-mod converge;
-#[path = "support/operator.rs"]
-mod operator;
+use crate::support::converge;
+use crate::support::operator;
 
 use converge::eventually;
 use operator::Operator;
 
-#[path = "../sandbox/tests/support/kubectl.rs"]
-mod kubectl;
+use crate::support::kubectl;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 

@@ -8,10 +8,8 @@
 //! kube's default, empty user agent). Driving the test through kubectl instead would also work
 //! but would tie this test to kubectl being installed; the header needs nothing.
 
-#[path = "support/converge.rs"]
-mod converge;
-#[path = "support/operator.rs"]
-mod operator;
+use crate::support::converge;
+use crate::support::operator;
 
 use converge::{converged, eventually};
 use operator::Operator;

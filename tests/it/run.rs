@@ -2,8 +2,7 @@
 //! without the lease, with and without the CRD, across a lease hand-off, and SIGTERM while
 //! webhook requests stream in.
 
-#[path = "support/process.rs"]
-mod process;
+use crate::support::process;
 
 use std::{
     net::SocketAddr,
