@@ -361,8 +361,19 @@ async fn at_steady_state_forced_reconciles_make_no_writes() {
     for name in ["a", "b", "c"] {
         converged(&apps, name, Phase::Running).await;
     }
-    // Let in-flight status writes settle, then count.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The Running Event is published after the status write converged() saw: the last write
+    // of a create. Once all three exist, nothing of the creates is in flight.
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client().await.unwrap(), NS);
+    eventually("every MyApp's Running Event is published", || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        let running = list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("Running"));
+        (running.count() >= 3).then_some(())
+    })
+    .await;
     env.sandbox.faults().clear_requests();
     let noops_before = operator.parts.metrics.reconcile_noops.get();
     eventually("at least 10 more reconciles ran", || async {

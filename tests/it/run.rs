@@ -129,9 +129,14 @@ async fn sigterm_drops_no_webhook_request_and_exits_zero() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = answered.load(Ordering::SeqCst);
-    assert!(before > 0, "requests are answered before shutdown");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answered.load(Ordering::SeqCst) < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "requests are answered before shutdown"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let kill = Command::new("kill")
         .args(["-TERM", &replica.process.0.id().to_string()])
