@@ -30,7 +30,7 @@ pub mod scale;
 pub mod schema;
 /// Label and field selectors.
 pub mod selector;
-/// HTTP routing, the verbs, and the write pipeline.
+/// HTTP routing, the verbs (one file each), watch streams, and the write pipeline.
 mod server;
 /// `Status` errors.
 pub mod status;
@@ -38,8 +38,6 @@ pub mod status;
 pub mod store;
 /// `Table` output for kubectl get.
 pub mod table;
-/// Watch streams.
-mod watch;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
