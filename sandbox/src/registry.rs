@@ -6,7 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use crate::scale::ScalePaths;
-use crate::schema::CrdSchema;
+use crate::schema::{CrdSchema, FieldError};
 use crate::table::PrinterColumn;
 
 /// One served group/version/resource.
@@ -111,6 +111,12 @@ pub struct Registry {
 /// Why a CRD could not be registered.
 #[derive(Debug)]
 pub struct CrdRejected(pub String);
+
+impl From<CrdRejected> for FieldError {
+    fn from(rejected: CrdRejected) -> Self {
+        FieldError::new("", "FieldValueInvalid", rejected.0)
+    }
+}
 
 impl Registry {
     /// The built-in kinds.

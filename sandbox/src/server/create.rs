@@ -7,6 +7,7 @@ use super::write::{
     admit, after_commit, after_write, check_identity, crd_status, release_unstored,
 };
 use crate::admission::Operation;
+use crate::schema::FieldError;
 use crate::status::ApiError;
 use crate::store::{EventType, meta_mut, meta_str, now};
 
@@ -57,10 +58,10 @@ pub(super) async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiEr
         return Err(ApiError::invalid(
             &ctx.rt,
             "",
-            vec![(
-                "metadata.name".into(),
-                "FieldValueRequired".into(),
-                "Required value: name or generateName is required".into(),
+            vec![FieldError::new(
+                "metadata.name",
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
             )],
         ));
     }

@@ -9,6 +9,7 @@ use super::update::{Commit, WRITE_RETRIES, commit_checked, merge_server_fields};
 use super::write::{admit, check_identity};
 use crate::admission::Operation;
 use crate::patch;
+use crate::schema::FieldError;
 use crate::status::ApiError;
 use crate::store::meta_str;
 
@@ -67,10 +68,10 @@ pub(super) async fn patch_object(
         return Err(ApiError::invalid(
             &ctx.rt,
             "",
-            vec![(
-                "fieldManager".into(),
-                "FieldValueRequired".into(),
-                "Required value: is required for apply patch".into(),
+            vec![FieldError::new(
+                "fieldManager",
+                "FieldValueRequired",
+                "Required value: is required for apply patch",
             )],
         ));
     }
@@ -100,13 +101,9 @@ pub(super) async fn patch_object(
                 patch::strategic_merge_patch(&mut doc, &patch_doc);
                 doc
             }
-            PatchKind::Json => patch::json_patch(&old, &patch_doc).map_err(|e| {
-                ApiError::new(
-                    422,
-                    "Invalid",
-                    format!("the server rejected our request due to an error in our request: {e}"),
-                )
-            })?,
+            PatchKind::Json => {
+                patch::json_patch(&old, &patch_doc).map_err(ApiError::patch_failed)?
+            }
             PatchKind::Apply => {
                 let mut config = patch_doc.clone();
                 check_identity(ctx, &mut config)?;

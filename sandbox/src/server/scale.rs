@@ -10,6 +10,7 @@ use super::update::{Commit, WRITE_RETRIES, commit_checked};
 use super::write::admit;
 use crate::admission::Operation;
 use crate::patch;
+use crate::schema::FieldError;
 use crate::status::ApiError;
 use crate::store::meta_str;
 
@@ -52,13 +53,9 @@ pub(super) async fn scale_request(
         };
         let requested = match kind {
             None => doc.clone(),
-            Some(PatchKind::Json) => patch::json_patch(&current, doc).map_err(|e| {
-                ApiError::new(
-                    422,
-                    "Invalid",
-                    format!("the server rejected our request due to an error in our request: {e}"),
-                )
-            })?,
+            Some(PatchKind::Json) => {
+                patch::json_patch(&current, doc).map_err(ApiError::patch_failed)?
+            }
             Some(PatchKind::Strategic) => {
                 let mut s = current.clone();
                 patch::strategic_merge_patch(&mut s, doc);
@@ -79,10 +76,10 @@ pub(super) async fn scale_request(
             return Err(ApiError::invalid(
                 &ctx.rt,
                 ctx.name(),
-                vec![(
-                    "spec.replicas".into(),
-                    "FieldValueRequired".into(),
-                    "Required value: an integer is required".into(),
+                vec![FieldError::new(
+                    "spec.replicas",
+                    "FieldValueRequired",
+                    "Required value: an integer is required",
                 )],
             ));
         };
@@ -90,9 +87,9 @@ pub(super) async fn scale_request(
             return Err(ApiError::invalid(
                 &ctx.rt,
                 ctx.name(),
-                vec![(
-                    "spec.replicas".into(),
-                    "FieldValueInvalid".into(),
+                vec![FieldError::new(
+                    "spec.replicas",
+                    "FieldValueInvalid",
                     format!("Invalid value: {replicas}: must be greater than or equal to 0"),
                 )],
             ));

@@ -9,6 +9,7 @@ use super::write::{
     admit, after_commit, after_write, check_identity, crd_status, release_unstored,
 };
 use crate::admission::Operation;
+use crate::schema::FieldError;
 use crate::status::ApiError;
 use crate::store::{EventType, finalizers, meta_mut, meta_str};
 
@@ -103,11 +104,10 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
             return Err(ApiError::invalid(
                 &ctx.rt,
                 &name,
-                vec![(
-                    "metadata.finalizers".into(),
-                    "FieldValueForbidden".into(),
-                    "Forbidden: no new finalizers can be added if the object is being deleted"
-                        .into(),
+                vec![FieldError::new(
+                    "metadata.finalizers",
+                    "FieldValueForbidden",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
                 )],
             ));
         }

@@ -15,6 +15,7 @@ use crate::admission::{
 };
 use crate::registry::ResourceType;
 use crate::rollout;
+use crate::schema::FieldError;
 use crate::status::ApiError;
 use crate::store::{State as StoreState, meta_mut, meta_str, now};
 
@@ -83,10 +84,7 @@ fn decode_defaults(
     // Services are defaulted once: a second pass would reserve the allocated IP again.
     if ctx.path.sub.is_none() && (first_pass || !is_service) {
         let mut state = ctx.inner.store.lock();
-        state.defaulter.apply(obj, old).map_err(|e| {
-            let (reason, code) = e.reason_and_code();
-            ApiError::new(code, reason, e.to_string())
-        })?;
+        state.defaulter.apply(obj, old)?;
     }
     let Some(schema) = ctx.rt.schema.clone() else {
         return Ok(());
@@ -123,11 +121,7 @@ fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<()
     };
     let errors = schema.validate(obj, old);
     if !errors.is_empty() {
-        let causes = errors
-            .into_iter()
-            .map(|e| (e.field, e.reason, e.message))
-            .collect();
-        return Err(ApiError::invalid(&ctx.rt, &name, causes));
+        return Err(ApiError::invalid(&ctx.rt, &name, errors));
     }
     Ok(())
 }
@@ -161,15 +155,9 @@ pub(super) async fn admit(
         }
     }
     if operation == Operation::Create {
-        assign_name(ctx, &mut obj).map_err(|mut e| {
-            e.warnings = ctx.warnings.clone();
-            e
-        })?;
+        assign_name(ctx, &mut obj).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
     }
-    validate_object(ctx, &mut obj, old).map_err(|mut e| {
-        e.warnings = ctx.warnings.clone();
-        e
-    })?;
+    validate_object(ctx, &mut obj, old).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
     if !validating.is_empty() {
         attributes.object = Some(obj.clone());
         let validated = ctx
@@ -184,10 +172,7 @@ pub(super) async fn admit(
 }
 
 pub(super) fn rejected(ctx: &Ctx, rejection: Rejection) -> ApiError {
-    let mut err = ApiError::from_status(&rejection.status());
-    err.warnings = ctx.warnings.clone();
-    err.warnings.extend(rejection.warnings);
-    err
+    ApiError::from(rejection).with_earlier_warnings(&ctx.warnings)
 }
 
 pub(super) fn webhook_configurations(
@@ -297,13 +282,9 @@ fn check_crd(ctx: &Ctx, obj: &mut Value, name: &str) -> Result<(), ApiError> {
         ApiError::bad_request(format!("the CustomResourceDefinition cannot be read: {e}"))
     })?;
     let mut registry = ctx.inner.store.lock().registry.clone();
-    registry.register_crd(&crd).map_err(|e| {
-        ApiError::invalid(
-            &ctx.rt,
-            name,
-            vec![(String::new(), "FieldValueInvalid".into(), e.0)],
-        )
-    })?;
+    registry
+        .register_crd(&crd)
+        .map_err(|e| ApiError::invalid(&ctx.rt, name, vec![e.into()]))?;
     Ok(())
 }
 
@@ -379,7 +360,11 @@ pub(super) fn assign_name(ctx: &Ctx, obj: &mut Value) -> Result<(), ApiError> {
         return Err(ApiError::invalid(
             &ctx.rt,
             &name,
-            vec![("metadata.name".into(), "FieldValueInvalid".into(), message)],
+            vec![FieldError::new(
+                "metadata.name",
+                "FieldValueInvalid",
+                message,
+            )],
         ));
     }
     Ok(())
