@@ -144,8 +144,8 @@ impl SandboxBuilder {
                 }
             }
         }
-        let inner = Inner {
-            store,
+        let inner = server::Inner {
+            store: Arc::new(store),
             faults: Arc::new(faults::Faults::new()),
             server_minor: self.server_minor,
             rollout: rollout::Rollouts::new(self.deployment_controller, self.rollout_delay),
@@ -158,19 +158,10 @@ impl SandboxBuilder {
     }
 }
 
-pub(crate) struct Inner {
-    pub(crate) store: store::Store,
-    pub(crate) faults: Arc<faults::Faults>,
-    pub(crate) server_minor: u32,
-    pub(crate) rollout: Arc<rollout::Rollouts>,
-    pub(crate) admission: admission::AdmissionChain,
-    served: Mutex<Option<SocketAddr>>,
-}
-
 /// An in-memory API server. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct Sandbox {
-    inner: Arc<Inner>,
+    inner: Arc<server::Inner>,
 }
 
 impl Default for Sandbox {

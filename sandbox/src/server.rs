@@ -12,5 +12,6 @@ mod update;
 mod watch;
 mod write;
 
+pub(crate) use context::Inner;
 pub(crate) use create::new_namespace;
 pub(crate) use routes::router;

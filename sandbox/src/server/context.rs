@@ -1,17 +1,32 @@
 //! What every verb shares: the state behind the router, the parsed request, and JSON answers.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::Inner;
+use crate::admission::AdmissionChain;
+use crate::faults::Faults;
 use crate::registry::ResourceType;
+use crate::rollout::Rollouts;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
+use crate::store::Store;
 use crate::store::{Event, EventType};
+
+/// What a sandbox and its clones share: the state behind every request.
+pub(crate) struct Inner {
+    pub(crate) store: Arc<Store>,
+    pub(crate) faults: Arc<Faults>,
+    pub(crate) server_minor: u32,
+    pub(crate) rollout: Arc<Rollouts>,
+    pub(crate) admission: AdmissionChain,
+    /// The address [`crate::Sandbox::serve`] bound, for its kubeconfig.
+    pub(crate) served: Mutex<Option<SocketAddr>>,
+}
 
 /// A resource URL, parsed.
 #[derive(Clone, Debug)]

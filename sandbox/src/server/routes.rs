@@ -11,10 +11,9 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::context::{
-    Ctx, FieldValidation, ResPath, json_response, media_type, not_found_path, parse_body,
+    Ctx, FieldValidation, Inner, ResPath, json_response, media_type, not_found_path, parse_body,
 };
 use super::{create, delete, get, list, patch, scale, update, watch};
-use crate::Inner;
 use crate::discovery;
 use crate::faults::RequestRecord;
 use crate::status::ApiError;

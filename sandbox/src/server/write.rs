@@ -317,7 +317,7 @@ pub(super) fn after_write(ctx: &Ctx, state: &mut StoreState, stored: &Value) {
 
 pub(super) fn after_commit(ctx: &Ctx, stored: &Value) {
     if ctx.rt.group == "apps" && ctx.rt.plural == "deployments" {
-        rollout::deployment_written(&ctx.inner, stored);
+        rollout::deployment_written(&ctx.inner.rollout, &ctx.inner.store, stored);
     }
     let owned = stored
         .pointer("/metadata/ownerReferences")
