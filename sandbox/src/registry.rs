@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::scale::ScalePaths;
-use crate::schema::CrdSchema;
-use crate::table::PrinterColumn;
+use crate::schema::{CrdSchema, FieldError};
 
 /// One served group/version/resource.
 #[derive(Clone, Debug)]
@@ -69,6 +67,50 @@ impl ResourceType {
     }
 }
 
+/// Where a kind keeps the numbers a Scale shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `.spec.replicas` or the CRD's `specReplicasPath`.
+    pub spec_replicas: String,
+    /// `.status.replicas` or the CRD's `statusReplicasPath`.
+    pub status_replicas: String,
+    /// The CRD's `labelSelectorPath` (a string field), if any.
+    pub label_selector: Option<String>,
+    /// Deployments: the selector string is made from `.spec.selector.matchLabels`.
+    pub selector_from_match_labels: bool,
+}
+
+/// One printer column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrinterColumn {
+    /// Header.
+    pub name: String,
+    /// OpenAPI type: string, integer, number, boolean, date.
+    pub type_: String,
+    /// OpenAPI format.
+    pub format: String,
+    /// Column description.
+    pub description: String,
+    /// 0 is shown by default; higher only with `-o wide`.
+    pub priority: i32,
+    /// JSONPath (simple form: `.a.b[0].c`, `[?(@.type=="Ready")]` filters).
+    pub json_path: String,
+}
+
+impl PrinterColumn {
+    /// The Age column the API server adds when a CRD declares no columns (and built-ins show).
+    pub fn age() -> Self {
+        PrinterColumn {
+            name: "Age".into(),
+            type_: "date".into(),
+            format: String::new(),
+            description: "CreationTimestamp is a timestamp representing the server time when this object was created.".into(),
+            priority: 0,
+            json_path: ".metadata.creationTimestamp".into(),
+        }
+    }
+}
+
 struct Builtin {
     group: &'static str,
     version: &'static str,
@@ -111,6 +153,12 @@ pub struct Registry {
 /// Why a CRD could not be registered.
 #[derive(Debug)]
 pub struct CrdRejected(pub String);
+
+impl From<CrdRejected> for FieldError {
+    fn from(rejected: CrdRejected) -> Self {
+        FieldError::new("", "FieldValueInvalid", rejected.0)
+    }
+}
 
 impl Registry {
     /// The built-in kinds.

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::Inner;
-use crate::store::{EventType, now};
+use crate::store::{EventType, Store, now};
 
 pub(crate) struct Rollouts {
     enabled: AtomicBool,
@@ -52,8 +51,7 @@ impl RolloutHandle {
 }
 
 /// Called after a Deployment write; schedules the status write for its generation.
-pub(crate) fn deployment_written(inner: &Arc<Inner>, deployment: &Value) {
-    let rollouts = &inner.rollout;
+pub(crate) fn deployment_written(rollouts: &Arc<Rollouts>, store: &Arc<Store>, deployment: &Value) {
     if !rollouts.enabled.load(Ordering::SeqCst) {
         return;
     }
@@ -75,15 +73,15 @@ pub(crate) fn deployment_written(inner: &Arc<Inner>, deployment: &Value) {
         return;
     };
     let (ns, name) = (ns.to_string(), name.to_string());
-    let inner = inner.clone();
+    let (rollouts, store) = (rollouts.clone(), store.clone());
     let delay = rollouts.delay();
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
-        let failing = inner.rollout.fail.load(Ordering::SeqCst);
-        if !inner.rollout.enabled.load(Ordering::SeqCst) {
+        let failing = rollouts.fail.load(Ordering::SeqCst);
+        if !rollouts.enabled.load(Ordering::SeqCst) {
             return;
         }
-        let mut state = inner.store.lock();
+        let mut state = store.lock();
         let Some(rt) = state.registry.get("apps", "v1", "deployments") else {
             return;
         };

@@ -4,19 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::registry::ResourceType;
-
-/// Where a kind keeps the numbers a Scale shows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScalePaths {
-    /// `.spec.replicas` or the CRD's `specReplicasPath`.
-    pub spec_replicas: String,
-    /// `.status.replicas` or the CRD's `statusReplicasPath`.
-    pub status_replicas: String,
-    /// The CRD's `labelSelectorPath` (a string field), if any.
-    pub label_selector: Option<String>,
-    /// Deployments: the selector string is made from `.spec.selector.matchLabels`.
-    pub selector_from_match_labels: bool,
-}
+pub use crate::registry::ScalePaths;
 
 fn pointer(path: &str) -> String {
     path.trim_start_matches('.')

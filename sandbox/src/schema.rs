@@ -54,6 +54,21 @@ pub struct FieldError {
     pub message: String,
 }
 
+impl FieldError {
+    /// A field error from its parts.
+    pub fn new(
+        field: impl Into<String>,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        FieldError {
+            field: field.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
 impl std::fmt::Display for FieldError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.field.is_empty() {

@@ -1,10 +1,14 @@
-//! `Status` errors as the API server returns them.
+//! `Status` errors as the API server returns them: the one error type of the request path, and
+//! the conversions from the errors of the modules it calls.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::admission::{self, Rejection};
+use crate::defaults;
 use crate::registry::ResourceType;
+use crate::schema::FieldError;
 
 /// A failed API request, rendered as a `meta/v1 Status` body.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,7 +99,7 @@ impl ApiError {
     }
 
     /// 422 with one cause per field error.
-    pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<(String, String, String)>) -> Self {
+    pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<FieldError>) -> Self {
         let kind = if rt.group.is_empty() {
             rt.kind.clone()
         } else {
@@ -103,7 +107,7 @@ impl ApiError {
         };
         let joined = causes
             .iter()
-            .map(|(field, _, message)| format!("{field}: {message}"))
+            .map(|cause| format!("{}: {}", cause.field, cause.message))
             .collect::<Vec<_>>();
         let summary = if joined.len() == 1 {
             joined[0].clone()
@@ -119,8 +123,8 @@ impl ApiError {
             "name": name,
             "group": rt.group,
             "kind": rt.kind,
-            "causes": causes.iter().map(|(field, reason, message)| json!({
-                "reason": reason, "message": message, "field": field,
+            "causes": causes.iter().map(|cause| json!({
+                "reason": cause.reason, "message": cause.message, "field": cause.field,
             })).collect::<Vec<_>>(),
         })));
         err
@@ -144,6 +148,21 @@ impl ApiError {
     /// 405 for a verb the resource does not support.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
+    }
+
+    /// 422 for a JSON patch that does not apply to the object.
+    pub fn patch_failed(reason: impl std::fmt::Display) -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            format!("the server rejected our request due to an error in our request: {reason}"),
+        )
+    }
+
+    /// The error with `earlier` warnings (gathered before it happened) sent ahead of its own.
+    pub fn with_earlier_warnings(mut self, earlier: &[String]) -> Self {
+        self.warnings.splice(0..0, earlier.iter().cloned());
+        self
     }
 
     /// 415 for a patch content type the server does not know.
@@ -180,6 +199,27 @@ impl ApiError {
             }
         }
         status
+    }
+}
+
+impl From<defaults::Error> for ApiError {
+    fn from(e: defaults::Error) -> Self {
+        let (reason, code) = e.reason_and_code();
+        ApiError::new(code, reason, e.to_string())
+    }
+}
+
+impl From<admission::Error> for ApiError {
+    fn from(e: admission::Error) -> Self {
+        ApiError::from_status(&e.status())
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(rejection: Rejection) -> Self {
+        let mut err = ApiError::from(rejection.error);
+        err.warnings = rejection.warnings;
+        err
     }
 }
 

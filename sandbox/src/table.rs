@@ -3,38 +3,8 @@
 
 use serde_json::{Value, json};
 
+pub use crate::registry::PrinterColumn;
 use crate::registry::ResourceType;
-
-/// One printer column.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PrinterColumn {
-    /// Header.
-    pub name: String,
-    /// OpenAPI type: string, integer, number, boolean, date.
-    pub type_: String,
-    /// OpenAPI format.
-    pub format: String,
-    /// Column description.
-    pub description: String,
-    /// 0 is shown by default; higher only with `-o wide`.
-    pub priority: i32,
-    /// JSONPath (simple form: `.a.b[0].c`, `[?(@.type=="Ready")]` filters).
-    pub json_path: String,
-}
-
-impl PrinterColumn {
-    /// The Age column the API server adds when a CRD declares no columns (and built-ins show).
-    pub fn age() -> Self {
-        PrinterColumn {
-            name: "Age".into(),
-            type_: "date".into(),
-            format: String::new(),
-            description: "CreationTimestamp is a timestamp representing the server time when this object was created.".into(),
-            priority: 0,
-            json_path: ".metadata.creationTimestamp".into(),
-        }
-    }
-}
 
 fn split_path(path: &str) -> Vec<String> {
     let mut segs = Vec::new();

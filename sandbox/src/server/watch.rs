@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::server::{Ctx, Selectors, present};
+use super::context::{Ctx, Selectors, present};
 use crate::status::ApiError;
 use crate::store::Event;
 
@@ -42,7 +42,7 @@ fn expired_event(requested: u64, oldest: u64) -> Value {
 }
 
 /// Starts a watch for the request in `ctx`.
-pub(crate) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
+pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     let selectors = Selectors::from_query(&ctx.query)?;
     let timeout =
         match ctx.query.get("timeoutSeconds") {

@@ -1,0 +1,189 @@
+//! What every verb shares: the state behind the router, the parsed request, and JSON answers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::admission::AdmissionChain;
+use crate::faults::Faults;
+use crate::registry::ResourceType;
+use crate::rollout::Rollouts;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::Store;
+use crate::store::{Event, EventType};
+
+/// What a sandbox and its clones share: the state behind every request.
+pub(crate) struct Inner {
+    pub(crate) store: Arc<Store>,
+    pub(crate) faults: Arc<Faults>,
+    pub(crate) server_minor: u32,
+    pub(crate) rollout: Arc<Rollouts>,
+    pub(crate) admission: AdmissionChain,
+    /// The address [`crate::Sandbox::serve`] bound, for its kubeconfig.
+    pub(crate) served: Mutex<Option<SocketAddr>>,
+}
+
+/// A resource URL, parsed.
+#[derive(Clone, Debug)]
+pub(super) struct ResPath {
+    pub(super) group: String,
+    pub(super) version: String,
+    pub(super) namespace: Option<String>,
+    pub(super) plural: String,
+    pub(super) name: Option<String>,
+    pub(super) sub: Option<String>,
+}
+
+pub(super) fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
+    let mut resp = (code, value.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for w in warnings {
+        if let Ok(v) = HeaderValue::from_str(&crate::admission::warning_header_value(w)) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+pub(super) fn not_found_path() -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+/// How `fieldValidation` treats unknown fields.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// One resource request.
+pub(super) struct Ctx {
+    pub(super) inner: Arc<Inner>,
+    pub(super) rt: Arc<ResourceType>,
+    pub(super) ns: String,
+    pub(super) path: ResPath,
+    pub(super) query: HashMap<String, String>,
+    pub(super) meta_only: bool,
+    /// Whether the client asked for a `Table` (kubectl get).
+    pub(super) table: bool,
+    pub(super) dry_run: bool,
+    /// Whether the request is a PATCH (for the admission options kind).
+    pub(super) patch: bool,
+    pub(super) field_validation: FieldValidation,
+    pub(super) warnings: Vec<String>,
+}
+
+impl Ctx {
+    /// An object as served at this URL's version (optionally as PartialObjectMetadata).
+    pub(super) fn present(&self, obj: &Value) -> Value {
+        present(&self.rt, obj, self.meta_only)
+    }
+
+    pub(super) fn respond(&self, code: StatusCode, obj: &Value) -> Response {
+        json_response(code, &self.present(obj), &self.warnings)
+    }
+
+    pub(super) fn name(&self) -> &str {
+        self.path.name.as_deref().unwrap_or("")
+    }
+}
+
+/// An object as served by one version of its resource.
+pub(super) fn present(rt: &ResourceType, obj: &Value, meta_only: bool) -> Value {
+    if meta_only {
+        return json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        });
+    }
+    let mut out = obj.clone();
+    if let Some(m) = out.as_object_mut() {
+        m.insert("apiVersion".into(), json!(rt.api_version()));
+        m.insert("kind".into(), json!(rt.kind));
+    }
+    out
+}
+
+pub(super) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    if value.get("metadata").is_some_and(|m| !m.is_object()) {
+        return Err(ApiError::bad_request("metadata must be an object"));
+    }
+    Ok(value)
+}
+
+/// Label and field selectors of a list, watch or deletecollection request.
+pub(super) struct Selectors {
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Selectors {
+    pub(super) fn from_query(query: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+            .map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+            .map_err(ApiError::bad_request)?;
+        Ok(Selectors { labels, fields })
+    }
+
+    pub(super) fn matches(&self, obj: &Value) -> bool {
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    /// The event type a watch with these selectors reports for a logged event, if any: an
+    /// object entering the selection is ADDED, one leaving it DELETED.
+    pub(super) fn event_type(&self, event: &Event) -> Option<&'static str> {
+        let now = self.matches(&event.object);
+        match (event.kind, &event.previous_labels) {
+            (EventType::Modified, Some(previous)) => {
+                let before = self.fields.matches(&event.object)
+                    && self.labels.matches_labels(Some(previous));
+                match (before, now) {
+                    (true, true) => Some("MODIFIED"),
+                    (false, true) => Some("ADDED"),
+                    (true, false) => Some("DELETED"),
+                    (false, false) => None,
+                }
+            }
+            (kind, _) => now.then_some(kind.as_str()),
+        }
+    }
+}
+
+pub(super) fn read_current(ctx: &Ctx) -> Option<Value> {
+    ctx.inner
+        .store
+        .lock()
+        .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
+        .cloned()
+}
+
+/// The request's media type: the Content-Type without parameters (`; charset=...`).
+pub(super) fn media_type(headers: &HeaderMap) -> String {
+    let value = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    value.split(';').next().unwrap_or("").trim().to_string()
+}

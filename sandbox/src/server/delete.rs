@@ -1,0 +1,156 @@
+//! DELETE and DELETE of a collection: preconditions, finalizers, propagation, dry runs.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::context::{Ctx, Selectors, json_response, parse_body, read_current};
+use super::write::{admission_attributes, rejected, webhook_configurations};
+use crate::admission::Operation;
+use crate::status::ApiError;
+use crate::store::meta_str;
+
+/// DELETE through the webhooks (object null, oldObject the stored object).
+async fn admit_delete(ctx: &mut Ctx, current: &Value, options: &Value) -> Result<(), ApiError> {
+    let (mutating, validating) = webhook_configurations(ctx);
+    if mutating.is_empty() && validating.is_empty() {
+        return Ok(());
+    }
+    let mut attributes = admission_attributes(ctx, Operation::Delete, None, Some(current.clone()));
+    let mut opts = options.clone();
+    if let Some(m) = opts.as_object_mut() {
+        m.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
+        m.insert("kind".into(), json!("DeleteOptions"));
+    }
+    attributes.options = Some(opts);
+    let admitted = ctx
+        .inner
+        .admission
+        .admit(&mutating, &validating, &attributes)
+        .await
+        .map_err(|r| rejected(ctx, r))?;
+    ctx.warnings.extend(admitted.warnings);
+    Ok(())
+}
+
+/// Answers a DELETE of the object the URL names (the body, if any, is its DeleteOptions).
+pub(super) async fn delete_request(ctx: &mut Ctx, body: &[u8]) -> Result<Response, ApiError> {
+    let options = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    let deleted = delete(ctx, &options).await?;
+    let still_there = ctx
+        .inner
+        .store
+        .lock()
+        .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
+        .is_some();
+    if still_there || ctx.dry_run {
+        return Ok(ctx.respond(StatusCode::OK, &deleted));
+    }
+    // Gone at once: the API server answers a Success Status (kube: Either::Right).
+    let status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": ctx.name(),
+            "group": ctx.rt.group,
+            "kind": ctx.rt.plural,
+            "uid": meta_str(&deleted, "uid"),
+        },
+    });
+    Ok(json_response(StatusCode::OK, &status, &ctx.warnings))
+}
+
+async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {
+    if ctx.path.sub.is_some() {
+        return Err(ApiError::method_not_allowed(
+            "delete is not allowed on a subresource",
+        ));
+    }
+    let orphan = options.get("propagationPolicy").and_then(Value::as_str) == Some("Orphan")
+        || options.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+        || ctx
+            .query
+            .get("propagationPolicy")
+            .is_some_and(|p| p == "Orphan");
+    let dry_run = ctx.dry_run
+        || options
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let name = ctx.name().to_string();
+    let stored = read_current(ctx).ok_or_else(|| ApiError::not_found(&ctx.rt, &name))?;
+    admit_delete(ctx, &stored, options).await?;
+    let mut state = ctx.inner.store.lock();
+    let current = state
+        .get(&ctx.rt.storage(), &ctx.ns, &name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(&ctx.rt, &name))?;
+    if let Some(uid) = options
+        .pointer("/preconditions/uid")
+        .and_then(Value::as_str)
+        && meta_str(&current, "uid") != Some(uid)
+    {
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                ctx.rt.qualified(),
+                meta_str(&current, "uid").unwrap_or("")
+            ),
+        ));
+    }
+    if let Some(rv) = options
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str)
+        && meta_str(&current, "resourceVersion") != Some(rv)
+    {
+        return Err(ApiError::conflict(&ctx.rt, &name));
+    }
+    if dry_run {
+        return Ok(current);
+    }
+    state
+        .delete(&ctx.rt.storage(), &ctx.ns, &name, orphan)
+        .ok_or_else(|| ApiError::not_found(&ctx.rt, &name))
+}
+
+pub(super) async fn delete_collection(ctx: &mut Ctx) -> Result<Response, ApiError> {
+    let selectors = Selectors::from_query(&ctx.query)?;
+    let mut state = ctx.inner.store.lock();
+    let targets: Vec<(String, String)> = state
+        .list(&ctx.rt.storage(), ctx.path.namespace.as_deref())
+        .into_iter()
+        .filter(|o| selectors.matches(o))
+        .map(|o| {
+            (
+                meta_str(o, "namespace").unwrap_or("").to_string(),
+                meta_str(o, "name").unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let mut items = Vec::new();
+    for (ns, name) in targets {
+        let deleted = if ctx.dry_run {
+            state.get(&ctx.rt.storage(), &ns, &name).cloned()
+        } else {
+            state.delete(&ctx.rt.storage(), &ns, &name, false)
+        };
+        if let Some(obj) = deleted {
+            items.push(ctx.present(&obj));
+        }
+    }
+    let list = json!({
+        "apiVersion": ctx.rt.api_version(),
+        "kind": format!("{}List", ctx.rt.kind),
+        "metadata": {"resourceVersion": state.rv.to_string()},
+        "items": items,
+    });
+    Ok(json_response(StatusCode::OK, &list, &ctx.warnings))
+}

@@ -1,0 +1,126 @@
+//! LIST: one page of a collection, with selectors and `limit`/`continue` paging.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::context::{Ctx, Selectors, json_response};
+use crate::status::ApiError;
+
+pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
+    let selectors = Selectors::from_query(&ctx.query)?;
+    let limit = match ctx.query.get("limit").map(String::as_str) {
+        None | Some("") => None,
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if n > 0 => Some(n as usize),
+            // As on a real server: zero or a negative limit means no limit.
+            Ok(_) => None,
+            Err(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "limit: Invalid value: \"{text}\": must be an integer"
+                )));
+            }
+        },
+    };
+    let from = match ctx.query.get("continue").map(String::as_str) {
+        None | Some("") => None,
+        Some(token) => Some(ListContinue::decode(token)?),
+    };
+    let state = ctx.inner.store.lock();
+    // Every page reports the version of the first, so a watch from it replays whatever
+    // changed while the pages were read.
+    let list_rv = match &from {
+        Some(from) => {
+            state.replays_from(from.rv).map_err(|_| {
+                ApiError::new(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list \
+                     result. You can start a new list without the continue parameter.",
+                )
+            })?;
+            from.rv
+        }
+        None => state.rv,
+    };
+    let ns = ctx.path.namespace.as_deref();
+    let mut matching = state
+        .list_after(&ctx.rt.storage(), ns, from.as_ref().map(|f| &f.after))
+        .filter(|(_, o)| selectors.matches(o));
+    let mut page: Vec<&Value> = Vec::new();
+    let mut last = None;
+    for (key, object) in matching.by_ref() {
+        page.push(object);
+        last = Some(key);
+        if limit.is_some_and(|limit| page.len() == limit) {
+            break;
+        }
+    }
+    let next = match last {
+        Some(after) if limit.is_some() && matching.next().is_some() => Some(
+            ListContinue {
+                rv: list_rv,
+                after: after.clone(),
+            }
+            .encode(),
+        ),
+        _ => None,
+    };
+    drop(matching);
+    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let Some(next) = next {
+        metadata["continue"] = json!(next);
+    }
+    if ctx.table {
+        let mut table = crate::table::table(&ctx.rt, &page, list_rv);
+        table["metadata"] = metadata;
+        return Ok(json_response(StatusCode::OK, &table, &[]));
+    }
+    let items: Vec<Value> = page.into_iter().map(|o| ctx.present(o)).collect();
+    let (api_version, kind) = if ctx.meta_only {
+        (
+            "meta.k8s.io/v1".to_string(),
+            "PartialObjectMetadataList".to_string(),
+        )
+    } else {
+        (ctx.rt.api_version(), format!("{}List", ctx.rt.kind))
+    };
+    let list = json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": metadata,
+        "items": items,
+    });
+    drop(state);
+    Ok(json_response(StatusCode::OK, &list, &[]))
+}
+
+/// Where the next page of a list starts: after the object `after` ((namespace, name)), in a
+/// list that began at version `rv`. Opaque to clients (base64 of JSON, as on a real server).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ListContinue {
+    rv: u64,
+    after: (String, String),
+}
+
+impl ListContinue {
+    fn encode(&self) -> String {
+        use base64::Engine;
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    fn decode(token: &str) -> Result<Self, ApiError> {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .ok()
+            .and_then(|json| serde_json::from_slice(&json).ok())
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "continue key is not valid: {token:?} was not returned by this server; \
+                     start the list again without it"
+                ))
+            })
+    }
+}

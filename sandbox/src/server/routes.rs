@@ -1,0 +1,365 @@
+//! Routing: the URL and query parsed, the request log, non-resource paths, and the dispatch of a
+//! resource request to its verb.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::context::{
+    Ctx, FieldValidation, Inner, ResPath, json_response, media_type, not_found_path, parse_body,
+};
+use super::{create, delete, get, list, patch, scale, update, watch};
+use crate::discovery;
+use crate::faults::RequestRecord;
+use crate::status::ApiError;
+
+/// The API server accepts request bodies up to 3 MiB.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+pub(crate) fn router(inner: Arc<Inner>) -> Router {
+    Router::new().fallback(handle).with_state(inner)
+}
+
+enum Route {
+    Version,
+    Health,
+    Api,
+    Apis,
+    ApiGroup(String),
+    ResourceList(String, String),
+    OpenApiRoot,
+    OpenApiGv(String),
+    Resource(ResPath),
+    Unknown,
+}
+
+fn parse_route(path: &str) -> Route {
+    let segs: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let (group, version, rest) = match s.as_slice() {
+        ["version"] => return Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => return Route::Health,
+        ["api"] => return Route::Api,
+        ["apis"] => return Route::Apis,
+        ["apis", g] => return Route::ApiGroup(g.to_string()),
+        ["openapi", "v3"] => return Route::OpenApiRoot,
+        ["openapi", "v3", rest @ ..] => return Route::OpenApiGv(rest.join("/")),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::Unknown,
+    };
+    let res = |namespace: Option<&str>, plural: &str, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(ResPath {
+            group: group.to_string(),
+            version: version.to_string(),
+            namespace: namespace.map(String::from),
+            plural: plural.to_string(),
+            name: name.map(String::from),
+            sub: sub.map(String::from),
+        })
+    };
+    match rest {
+        [] => Route::ResourceList(group.to_string(), version.to_string()),
+        // `namespaces/{name}/status` is the namespace's own subresource, not a namespaced list.
+        ["namespaces", name, sub @ ("status" | "finalize")] if group.is_empty() => {
+            res(None, "namespaces", Some(name), Some(sub))
+        }
+        ["namespaces", ns, plural] => res(Some(ns), plural, None, None),
+        ["namespaces", ns, plural, name] => res(Some(ns), plural, Some(name), None),
+        ["namespaces", ns, plural, name, sub] => res(Some(ns), plural, Some(name), Some(sub)),
+        [plural] => res(None, plural, None, None),
+        [plural, name] => res(None, plural, Some(name), None),
+        [plural, name, sub] => res(None, plural, Some(name), Some(sub)),
+        _ => Route::Unknown,
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    decode(s, false)
+}
+
+fn decode(s: &str, plus_is_space: bool) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: Option<&str>) -> HashMap<String, String> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k, true), decode(v, true))
+        })
+        .collect()
+}
+
+async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let query = parse_query(parts.uri.query());
+    let user_agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // In flight from arrival, an injected delay included; a watch is a stream, not a request.
+    let _in_flight =
+        (!watching(&query)).then(|| inner.faults.enter(user_agent.as_deref().unwrap_or("")));
+    let delay = inner.faults.delay();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let route = parse_route(parts.uri.path());
+    let mut record = RequestRecord {
+        verb: parts.method.as_str().to_lowercase(),
+        path: parts.uri.path().to_string(),
+        resource: None,
+        subresource: None,
+        namespace: None,
+        name: None,
+        field_manager: query.get("fieldManager").cloned(),
+        user_agent,
+        status: 0,
+    };
+    let response = match axum::body::to_bytes(body, MAX_BODY).await {
+        Err(_) => ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            "the request body is too large (limit 3 MiB)",
+        )
+        .into_response(),
+        Ok(bytes) => {
+            let out = match route {
+                Route::Resource(path) => {
+                    record.resource = Some(path.plural.clone());
+                    record.subresource = path.sub.clone();
+                    record.namespace = path.namespace.clone();
+                    record.name = path.name.clone();
+                    record.verb = verb(&parts.method, &path, &query).to_string();
+                    resource(&inner, &parts.method, &parts.headers, path, &query, bytes).await
+                }
+                other => non_resource(&inner, &parts.method, other),
+            };
+            out.unwrap_or_else(IntoResponse::into_response)
+        }
+    };
+    record.status = response.status().as_u16();
+    tracing::debug!(verb = %record.verb, path = %record.path, status = record.status, "Request");
+    inner.faults.record(record);
+    response
+}
+
+/// Whether a GET asks for a watch stream rather than a list.
+fn watching(query: &HashMap<String, String>) -> bool {
+    query.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
+fn verb(method: &Method, path: &ResPath, query: &HashMap<String, String>) -> &'static str {
+    match (method.as_str(), path.name.is_some()) {
+        ("GET", false) if watching(query) => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "deletecollection",
+        ("DELETE", true) => "delete",
+        _ => "unknown",
+    }
+}
+
+fn non_resource(inner: &Arc<Inner>, method: &Method, route: Route) -> Result<Response, ApiError> {
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        )));
+    }
+    let registry = inner.store.lock().registry.clone();
+    let value = match route {
+        Route::Version => discovery::version(inner.server_minor),
+        Route::Health => return Ok((StatusCode::OK, "ok").into_response()),
+        Route::Api => discovery::api_versions(),
+        Route::Apis => discovery::api_group_list(&registry),
+        Route::ApiGroup(g) => discovery::api_group_doc(&registry, &g).ok_or_else(not_found_path)?,
+        Route::ResourceList(g, v) => {
+            discovery::resource_list(&registry, &g, &v).ok_or_else(not_found_path)?
+        }
+        Route::OpenApiRoot => discovery::openapi_root(&registry, inner.store.lock().rv),
+        Route::OpenApiGv(p) => discovery::openapi_gv(&registry, &p).ok_or_else(not_found_path)?,
+        Route::Resource(_) | Route::Unknown => return Err(not_found_path()),
+    };
+    Ok(json_response(StatusCode::OK, &value, &[]))
+}
+
+async fn resource(
+    inner: &Arc<Inner>,
+    method: &Method,
+    headers: &HeaderMap,
+    path: ResPath,
+    query: &HashMap<String, String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let rt = inner
+        .store
+        .lock()
+        .registry
+        .get(&path.group, &path.version, &path.plural)
+        .ok_or_else(not_found_path)?;
+    if path.namespace.is_some() && !rt.namespaced {
+        return Err(not_found_path());
+    }
+    if rt.namespaced && path.namespace.is_none() && path.name.is_some() {
+        return Err(not_found_path());
+    }
+    match path.sub.as_deref() {
+        None => {}
+        Some("status") if rt.status_subresource => {}
+        Some("scale") if rt.scale.is_some() => {}
+        Some(_) => return Err(not_found_path()),
+    }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let field_validation = match query.get("fieldValidation").map(String::as_str) {
+        Some("Strict") => FieldValidation::Strict,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some("Warn") | None | Some("") => FieldValidation::Warn,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            )));
+        }
+    };
+    let mut ctx = Ctx {
+        inner: inner.clone(),
+        ns: path.namespace.clone().unwrap_or_default(),
+        rt,
+        path,
+        query: query.clone(),
+        meta_only: accept.contains("as=PartialObjectMetadata"),
+        table: accept.contains("as=Table"),
+        dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
+        patch: *method == Method::PATCH,
+        field_validation,
+        warnings: Vec::new(),
+    };
+    let is_write = !matches!(*method, Method::GET | Method::HEAD);
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if is_write && !body.is_empty() && content_type.contains("protobuf") {
+        // kubectl's typed clientset (create namespace, create configmap, ...) sends protobuf
+        // and does not fall back; the sandbox models JSON only.
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the sandbox API server does not decode {content_type}; send JSON (kubectl apply -f works)"
+            ),
+        ));
+    }
+    if is_write && let Some(err) = inner.faults.take_write_fault() {
+        return Err(err);
+    }
+    let has_name = ctx.path.name.is_some();
+    if ctx.path.sub.as_deref() == Some("scale") {
+        return scale::scale_request(&mut ctx, method, headers, &body).await;
+    }
+    match (method.clone(), has_name) {
+        (Method::GET, false) => {
+            if watching(query) {
+                watch::watch(&ctx)
+            } else {
+                list::list(&ctx)
+            }
+        }
+        (Method::GET, true) => get::get(&ctx),
+        (Method::POST, false) => {
+            let obj = parse_body(&body)?;
+            let created = create::create(&mut ctx, obj).await?;
+            Ok(ctx.respond(StatusCode::CREATED, &created))
+        }
+        (Method::PUT, true) => {
+            let obj = parse_body(&body)?;
+            let (code, updated) = update::update(&mut ctx, obj).await?;
+            Ok(ctx.respond(code, &updated))
+        }
+        (Method::PATCH, true) => {
+            let content_type = media_type(headers);
+            let (code, patched) = patch::patch_object(&mut ctx, &content_type, &body).await?;
+            Ok(ctx.respond(code, &patched))
+        }
+        (Method::DELETE, true) => delete::delete_request(&mut ctx, &body).await,
+        (Method::DELETE, false) => delete::delete_collection(&mut ctx).await,
+        _ => Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_status_is_a_subresource_not_a_namespaced_list() {
+        let Route::Resource(p) = parse_route("/api/v1/namespaces/foo/status") else {
+            panic!("not a resource route");
+        };
+        assert_eq!(
+            (p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()),
+            ("namespaces", Some("foo"), Some("status"))
+        );
+        let Route::Resource(p) = parse_route("/apis/example.com/v1/namespaces/ns/myapps/a/status")
+        else {
+            panic!("not a resource route");
+        };
+        assert_eq!(p.namespace.as_deref(), Some("ns"));
+        assert_eq!(p.sub.as_deref(), Some("status"));
+    }
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        let q = parse_query(Some("labelSelector=app%3Dweb%2Ctier%21%3Dx&watch=true"));
+        assert_eq!(q["labelSelector"], "app=web,tier!=x");
+        assert_eq!(q["watch"], "true");
+    }
+}

@@ -1,0 +1,184 @@
+//! UPDATE (PUT): the stored object replaced, with optimistic concurrency and retries; the commit
+//! step PATCH and `/scale` share.
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::context::{Ctx, read_current};
+use super::write::{
+    admit, after_commit, after_write, check_identity, crd_status, release_unstored,
+};
+use crate::admission::Operation;
+use crate::schema::FieldError;
+use crate::status::ApiError;
+use crate::store::{EventType, finalizers, meta_mut, meta_str};
+
+/// How often a write retries when the object changed between its read and its commit.
+pub(super) const WRITE_RETRIES: usize = 5;
+
+/// Builds the object a write of `incoming` over `old` stores: server-owned fields from `old`,
+/// and only `.status` (status writes) or everything but `.status` (main-resource writes of a
+/// kind with a status subresource).
+pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, incoming: Value) -> Value {
+    if ctx.path.sub.as_deref() == Some("status") {
+        let mut new = old.clone();
+        match incoming.get("status") {
+            Some(status) => new["status"] = status.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        return new;
+    }
+    let mut new = incoming;
+    {
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let meta = meta_mut(&mut new);
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "name",
+            "namespace",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ] {
+            match old_meta.get(field) {
+                Some(v) => {
+                    meta.insert(field.into(), v.clone());
+                }
+                None => {
+                    meta.remove(field);
+                }
+            }
+        }
+        meta.remove("managedFields");
+    }
+    if ctx.rt.status_subresource {
+        match old.get("status") {
+            Some(status) => new["status"] = status.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    new
+}
+
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+/// Outcome of trying to store an update.
+pub(super) enum Commit {
+    Done(StatusCode, Value),
+    /// The object changed since it was read; read again.
+    Stale,
+}
+
+fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, ApiError> {
+    let name = ctx.name().to_string();
+    let mut state = ctx.inner.store.lock();
+    let Some(current) = state.get(&ctx.rt.storage(), &ctx.ns, &name) else {
+        return Err(ApiError::not_found(&ctx.rt, &name));
+    };
+    if current.pointer("/metadata/resourceVersion") != old.pointer("/metadata/resourceVersion") {
+        return Ok(Commit::Stale);
+    }
+    if meta_str(old, "deletionTimestamp").is_some() {
+        let before = finalizers(old);
+        if finalizers(&new).iter().any(|f| !before.contains(f)) {
+            return Err(ApiError::invalid(
+                &ctx.rt,
+                &name,
+                vec![FieldError::new(
+                    "metadata.finalizers",
+                    "FieldValueForbidden",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
+                )],
+            ));
+        }
+    }
+    if ctx.rt.generation && spec_changed(old, &new) {
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        meta_mut(&mut new).insert("generation".into(), json!(generation + 1));
+    }
+    if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
+        new["status"] = crd_status(&new);
+        if let Some(conditions) = old.pointer("/status/conditions") {
+            new["status"]["conditions"] = conditions.clone();
+        }
+    }
+    if new == *old {
+        return Ok(Commit::Done(StatusCode::OK, old.clone()));
+    }
+    if ctx.dry_run {
+        return Ok(Commit::Done(StatusCode::OK, new));
+    }
+    let deleting = meta_str(&new, "deletionTimestamp").is_some() && finalizers(&new).is_empty();
+    let stored = state.put(&ctx.rt, new, EventType::Modified);
+    if deleting {
+        // The last finalizer went: the object goes, and watchers see it as DELETED.
+        let removed = state
+            .remove(&ctx.rt.storage(), &ctx.ns, &name, false)
+            .unwrap_or(stored);
+        return Ok(Commit::Done(StatusCode::OK, removed));
+    }
+    after_write(ctx, &mut state, &stored);
+    drop(state);
+    after_commit(ctx, &stored);
+    Ok(Commit::Done(StatusCode::OK, stored))
+}
+
+/// [`commit_update`], freeing a Service cluster IP that did not end up stored.
+pub(super) fn commit_checked(ctx: &mut Ctx, old: &Value, new: Value) -> Result<Commit, ApiError> {
+    let outcome = commit_update(ctx, old, new.clone());
+    if !matches!(outcome, Ok(Commit::Done(..))) || ctx.dry_run {
+        release_unstored(ctx, &new, Some(old));
+    }
+    outcome
+}
+
+pub(super) async fn update(
+    ctx: &mut Ctx,
+    mut body: Value,
+) -> Result<(StatusCode, Value), ApiError> {
+    check_identity(ctx, &mut body)?;
+    let precondition = meta_str(&body, "resourceVersion")
+        .filter(|rv| !rv.is_empty())
+        .map(String::from);
+    for _ in 0..WRITE_RETRIES {
+        let old = read_current(ctx).ok_or_else(|| ApiError::not_found(&ctx.rt, ctx.name()))?;
+        if let Some(rv) = &precondition
+            && meta_str(&old, "resourceVersion") != Some(rv.as_str())
+        {
+            return Err(ApiError::conflict(&ctx.rt, ctx.name()));
+        }
+        let new = merge_server_fields(ctx, &old, body.clone());
+        let new = admit(ctx, Operation::Update, new, Some(&old)).await?;
+        match commit_checked(ctx, &old, new)? {
+            Commit::Done(code, v) => return Ok((code, v)),
+            Commit::Stale if precondition.is_some() => {
+                return Err(ApiError::conflict(&ctx.rt, ctx.name()));
+            }
+            Commit::Stale => continue,
+        }
+    }
+    Err(ApiError::conflict(&ctx.rt, ctx.name()))
+}

@@ -1,0 +1,415 @@
+//! The write pipeline every writing verb shares, in the API server's order: identity checks,
+//! defaulting, mutating webhooks, naming, validation, validating webhooks; and what a committed
+//! write sets off.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+use super::context::{Ctx, FieldValidation};
+use crate::admission::{
+    AdmissionAttributes, GroupVersionKind, GroupVersionResource, Operation, Rejection,
+};
+use crate::registry::ResourceType;
+use crate::rollout;
+use crate::schema::FieldError;
+use crate::status::ApiError;
+use crate::store::{State as StoreState, meta_mut, meta_str, now};
+
+/// Sets identity fields and rejects a body that names another resource or namespace.
+pub(super) fn check_identity(ctx: &Ctx, obj: &mut Value) -> Result<(), ApiError> {
+    let api_version = ctx.rt.api_version();
+    match obj.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v != api_version => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({api_version})"
+            )));
+        }
+        _ => {}
+    }
+    match obj.get("kind").and_then(Value::as_str) {
+        Some(k) if k != ctx.rt.kind => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                ctx.rt.kind
+            )));
+        }
+        _ => {}
+    }
+    obj["apiVersion"] = json!(api_version);
+    obj["kind"] = json!(ctx.rt.kind);
+    let meta = meta_mut(obj);
+    if ctx.rt.namespaced {
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(ns) if !ns.is_empty() && ns != ctx.ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => {
+                meta.insert("namespace".into(), json!(ctx.ns));
+            }
+        }
+    } else {
+        meta.remove("namespace");
+    }
+    if let Some(url_name) = &ctx.path.name {
+        match meta.get("name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() && n != url_name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({url_name})"
+                )));
+            }
+            _ => {
+                meta.insert("name".into(), json!(url_name));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Defaulting as the API server does it when it decodes an object: built-in defaults, and for
+/// custom resources pruning (reported per `fieldValidation` when `report_unknown`) and schema
+/// defaults.
+fn decode_defaults(
+    ctx: &mut Ctx,
+    obj: &mut Value,
+    old: Option<&Value>,
+    first_pass: bool,
+) -> Result<(), ApiError> {
+    let is_service = ctx.rt.group.is_empty() && ctx.rt.plural == "services";
+    // Services are defaulted once: a second pass would reserve the allocated IP again.
+    if ctx.path.sub.is_none() && (first_pass || !is_service) {
+        let mut state = ctx.inner.store.lock();
+        state.defaulter.apply(obj, old)?;
+    }
+    let Some(schema) = ctx.rt.schema.clone() else {
+        return Ok(());
+    };
+    let dropped = schema.prune(obj);
+    if first_pass && !dropped.is_empty() {
+        let unknown: Vec<String> = dropped
+            .iter()
+            .map(|p| format!("unknown field \"{p}\""))
+            .collect();
+        match ctx.field_validation {
+            FieldValidation::Strict => {
+                return Err(ApiError::bad_request(format!(
+                    "strict decoding error: {}",
+                    unknown.join(", ")
+                )));
+            }
+            FieldValidation::Warn => ctx.warnings.extend(unknown),
+            FieldValidation::Ignore => {}
+        }
+    }
+    schema.apply_defaults(obj);
+    Ok(())
+}
+
+/// The object checks of the resource: CRD registrability, custom-resource schema and CEL rules.
+fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let name = meta_str(obj, "name").unwrap_or("").to_string();
+    if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
+        check_crd(ctx, obj, &name)?;
+    }
+    let Some(schema) = ctx.rt.schema.clone() else {
+        return Ok(());
+    };
+    let errors = schema.validate(obj, old);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(&ctx.rt, &name, errors));
+    }
+    Ok(())
+}
+
+/// Everything between the request and the store, in the API server's order: defaulting,
+/// mutating webhooks, defaulting/pruning again, validation, validating webhooks. Returns the
+/// object to store; a rejection carries the warnings gathered so far.
+pub(super) async fn admit(
+    ctx: &mut Ctx,
+    operation: Operation,
+    mut obj: Value,
+    old: Option<&Value>,
+) -> Result<Value, ApiError> {
+    decode_defaults(ctx, &mut obj, old, true)?;
+    let (mutating, validating) = webhook_configurations(ctx);
+    let mut attributes = admission_attributes(ctx, operation, Some(obj.clone()), old.cloned());
+    if !mutating.is_empty() {
+        let mutated = ctx
+            .inner
+            .admission
+            .mutate(&mutating, &attributes)
+            .await
+            .map_err(|r| rejected(ctx, r))?;
+        ctx.warnings.extend(mutated.warnings);
+        if let Some(mutated) = mutated.object
+            && mutated != obj
+        {
+            obj = mutated;
+            check_identity(ctx, &mut obj)?;
+            decode_defaults(ctx, &mut obj, old, false)?;
+        }
+    }
+    if operation == Operation::Create {
+        assign_name(ctx, &mut obj).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
+    }
+    validate_object(ctx, &mut obj, old).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
+    if !validating.is_empty() {
+        attributes.object = Some(obj.clone());
+        let validated = ctx
+            .inner
+            .admission
+            .validate(&validating, &attributes)
+            .await
+            .map_err(|r| rejected(ctx, r))?;
+        ctx.warnings.extend(validated.warnings);
+    }
+    Ok(obj)
+}
+
+pub(super) fn rejected(ctx: &Ctx, rejection: Rejection) -> ApiError {
+    ApiError::from(rejection).with_earlier_warnings(&ctx.warnings)
+}
+
+pub(super) fn webhook_configurations(
+    ctx: &Ctx,
+) -> (
+    Vec<MutatingWebhookConfiguration>,
+    Vec<ValidatingWebhookConfiguration>,
+) {
+    let state = ctx.inner.store.lock();
+    let read = |plural: &str| -> Vec<Value> {
+        state
+            .list(
+                &(
+                    "admissionregistration.k8s.io".to_string(),
+                    plural.to_string(),
+                ),
+                None,
+            )
+            .into_iter()
+            .cloned()
+            .collect()
+    };
+    let mutating = read("mutatingwebhookconfigurations")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    let validating = read("validatingwebhookconfigurations")
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    (mutating, validating)
+}
+
+pub(super) fn admission_attributes(
+    ctx: &Ctx,
+    operation: Operation,
+    object: Option<Value>,
+    old_object: Option<Value>,
+) -> AdmissionAttributes {
+    let rt = &ctx.rt;
+    let mut attributes = AdmissionAttributes::new(
+        operation,
+        GroupVersionKind::new(&rt.group, &rt.version, &rt.kind),
+        GroupVersionResource::new(&rt.group, &rt.version, &rt.plural),
+    );
+    attributes.sub_resource = ctx.path.sub.clone();
+    attributes.name = object
+        .as_ref()
+        .or(old_object.as_ref())
+        .and_then(|o| meta_str(o, "name"))
+        .unwrap_or("")
+        .to_string();
+    let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+    attributes.namespace = if rt.namespaced {
+        Some(ctx.ns.clone())
+    } else if is_namespace {
+        Some(attributes.name.clone())
+    } else {
+        None
+    };
+    if rt.namespaced {
+        let state = ctx.inner.store.lock();
+        let ns = state.get(&(String::new(), "namespaces".to_string()), "", &ctx.ns);
+        attributes.namespace_labels = ns
+            .and_then(|n| n.pointer("/metadata/labels"))
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default();
+    }
+    attributes.object = object;
+    attributes.old_object = old_object;
+    attributes.dry_run = ctx.dry_run;
+    attributes.user_info = UserInfo {
+        username: Some("sandbox-admin".into()),
+        groups: Some(vec!["system:masters".into(), "system:authenticated".into()]),
+        ..UserInfo::default()
+    };
+    let options_kind = match operation {
+        Operation::Create => "CreateOptions",
+        Operation::Delete => "DeleteOptions",
+        _ if ctx.patch => "PatchOptions",
+        _ => "UpdateOptions",
+    };
+    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": options_kind});
+    if let Some(manager) = ctx.query.get("fieldManager") {
+        options["fieldManager"] = json!(manager);
+    }
+    if ctx.dry_run {
+        options["dryRun"] = json!(["All"]);
+    }
+    attributes.options = Some(options);
+    attributes
+}
+
+/// Frees a cluster IP allocated for a Service that was not stored after all.
+pub(super) fn release_unstored(ctx: &Ctx, new: &Value, old: Option<&Value>) {
+    if !(ctx.rt.group.is_empty() && ctx.rt.plural == "services") {
+        return;
+    }
+    let ip = crate::defaults::service_cluster_ip(new);
+    if ip.is_some() && ip != old.and_then(crate::defaults::service_cluster_ip) {
+        ctx.inner.store.lock().defaulter.release(new);
+    }
+}
+
+fn check_crd(ctx: &Ctx, obj: &mut Value, name: &str) -> Result<(), ApiError> {
+    let crd: CustomResourceDefinition = serde_json::from_value(obj.clone()).map_err(|e| {
+        ApiError::bad_request(format!("the CustomResourceDefinition cannot be read: {e}"))
+    })?;
+    let mut registry = ctx.inner.store.lock().registry.clone();
+    registry
+        .register_crd(&crd)
+        .map_err(|e| ApiError::invalid(&ctx.rt, name, vec![e.into()]))?;
+    Ok(())
+}
+
+/// What the API server sets on a CRD once its names are accepted.
+pub(super) fn crd_status(obj: &Value) -> Value {
+    let ts = now();
+    let condition = |t: &str, reason: &str, message: &str| json!({"type": t, "status": "True", "reason": reason, "message": message, "lastTransitionTime": ts});
+    json!({
+        "acceptedNames": obj.pointer("/spec/names").cloned().unwrap_or_else(|| json!({})),
+        "conditions": [
+            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "storedVersions": obj.pointer("/spec/versions").and_then(Value::as_array)
+            .map(|vs| vs.iter().filter(|v| v["storage"] == true).map(|v| v["name"].clone()).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    })
+}
+
+/// Side effects of a committed write on other parts of the server.
+pub(super) fn after_write(ctx: &Ctx, state: &mut StoreState, stored: &Value) {
+    if ctx.rt.group == "apiextensions.k8s.io"
+        && ctx.rt.plural == "customresourcedefinitions"
+        && let Ok(crd) = serde_json::from_value::<CustomResourceDefinition>(stored.clone())
+        && let Err(e) = state.registry.register_crd(&crd)
+    {
+        tracing::warn!(error = %e.0, "CRD registration failed after validation");
+    }
+}
+
+pub(super) fn after_commit(ctx: &Ctx, stored: &Value) {
+    if ctx.rt.group == "apps" && ctx.rt.plural == "deployments" {
+        rollout::deployment_written(&ctx.inner.rollout, &ctx.inner.store, stored);
+    }
+    let owned = stored
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| !refs.is_empty());
+    if owned {
+        // The garbage collector, like the real one, runs after the write: an object written
+        // with owners that are all gone (created while its owner was being deleted) goes.
+        let (inner, res) = (ctx.inner.clone(), ctx.rt.storage());
+        let ns = meta_str(stored, "namespace").unwrap_or("").to_string();
+        let name = meta_str(stored, "name").unwrap_or("").to_string();
+        let uid = meta_str(stored, "uid").unwrap_or("").to_string();
+        tokio::spawn(async move {
+            inner
+                .store
+                .lock()
+                .collect_if_orphaned(&res, &ns, &name, &uid);
+        });
+    }
+}
+
+/// Generates a name from `generateName` when there is none, then checks it.
+pub(super) fn assign_name(ctx: &Ctx, obj: &mut Value) -> Result<(), ApiError> {
+    let meta = meta_mut(obj);
+    let has_name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if !has_name {
+        let prefix = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let suffix = uuid::Uuid::new_v4().simple().to_string()[..5].to_string();
+        meta.insert("name".into(), json!(format!("{prefix}{suffix}")));
+    }
+    let name = meta_str(obj, "name").unwrap_or("").to_string();
+    if let Some(message) = invalid_name(&ctx.rt, &name) {
+        return Err(ApiError::invalid(
+            &ctx.rt,
+            &name,
+            vec![FieldError::new(
+                "metadata.name",
+                "FieldValueInvalid",
+                message,
+            )],
+        ));
+    }
+    Ok(())
+}
+
+/// The API server's name check: an RFC 1123 label for namespaces and services, an RFC 1123
+/// subdomain for everything else.
+fn invalid_name(rt: &ResourceType, name: &str) -> Option<String> {
+    let label_only = rt.group.is_empty() && matches!(rt.plural.as_str(), "namespaces" | "services");
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid_label = |l: &str| {
+        !l.is_empty()
+            && l.chars().all(|c| alnum(c) || c == '-')
+            && l.starts_with(alnum)
+            && l.ends_with(alnum)
+    };
+    if label_only {
+        if name.len() <= 63 && valid_label(name) {
+            return None;
+        }
+        return Some(format!(
+            "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        ));
+    }
+    if name.len() <= 253 && name.split('.').all(valid_label) {
+        return None;
+    }
+    Some(format!(
+        "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_api_servers_rules() {
+        let registry = crate::registry::Registry::builtin();
+        let cm = registry.get("", "v1", "configmaps").unwrap();
+        let svc = registry.get("", "v1", "services").unwrap();
+        assert_eq!(invalid_name(&cm, "a.b-c"), None);
+        assert!(invalid_name(&cm, "Upper").is_some());
+        assert!(invalid_name(&cm, "-lead").is_some());
+        assert!(invalid_name(&svc, "a.b").is_some());
+        assert_eq!(invalid_name(&svc, "web-1"), None);
+    }
+}
