@@ -5,6 +5,7 @@ mod crd;
 mod dev;
 mod e2e;
 mod install;
+mod layout;
 mod manifests;
 mod rbac;
 mod run;

@@ -27,6 +27,11 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
+/// The HTTP-style code an admission answer carried (`status.code`, or 200 when allowed), kept in
+/// the response extensions for the metrics layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReviewCode(pub u16);
+
 /// What an admission call decided; also the `decision` label of `webhook_requests_total`.
 ///
 /// Review handlers put it into the response extensions so the metrics layer can read it without
@@ -274,7 +279,7 @@ async fn record(
     );
     let code = response
         .extensions()
-        .get::<crate::review::ReviewCode>()
+        .get::<ReviewCode>()
         .map_or(response.status().as_u16(), |c| c.0);
     metrics.observe(path, decision, code, start.elapsed());
     response

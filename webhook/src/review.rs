@@ -25,7 +25,10 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
 use tracing::{error, warn};
 
-use crate::{metrics::Decision, patch};
+use crate::{
+    metrics::{Decision, ReviewCode},
+    patch,
+};
 
 /// The largest request body accepted, as controller-runtime: the API server accepts writes of up
 /// to 3 MiB and a review may carry both the object and the old object.
@@ -39,11 +42,6 @@ pub const MAX_WARNINGS: usize = 8;
 
 const API_VERSION: &str = "admission.k8s.io/v1";
 const KIND: &str = "AdmissionReview";
-
-/// The HTTP-style code an admission answer carried (`status.code`, or 200 when allowed), kept in
-/// the response extensions for the metrics layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReviewCode(pub u16);
 
 /// The operation being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

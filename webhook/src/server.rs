@@ -38,7 +38,7 @@ use tower::ServiceExt as _;
 use tracing::{debug, info, warn};
 
 use crate::{
-    Error,
+    error::Error,
     metrics::{Metrics, Rejection},
     review::{self, MAX_BODY_BYTES},
     tls::{CertPaths, CertStore, PinnedVerifier},

@@ -27,7 +27,7 @@ use tokio::{sync::Notify, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{Error, metrics::Metrics};
+use crate::{error::Error, metrics::Metrics};
 
 /// The file names inside the certificate directory (those of a `kubernetes.io/tls` Secret).
 #[derive(Clone, Debug, PartialEq, Eq)]
