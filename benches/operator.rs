@@ -8,9 +8,6 @@
 //! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
 //! profiler (`heaptrack -o /tmp/operator`).
 
-#[path = "../tests/it/support/process.rs"]
-mod process;
-
 use std::{
     net::SocketAddr,
     process::{Command, Stdio},
@@ -24,11 +21,11 @@ use kube::{
     Api, Client, CustomResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
+use kube_sandbox::testing::{Reap, log_lines, wait_for_addr};
 use myapp_operator::{
     crd::{MyApp, MyAppSpec},
     resources,
 };
-use process::{Reap, log_lines, wait_for_addr};
 use serde_json::json;
 
 /// A `VmRSS`-style line of /proc/<pid>/status in KiB (`VmRSS`, `RssAnon`, `RssFile`).

@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p kube-sandbox --example bench_10k [-- <objects> <watchers>]`
 
-#[path = "../tests/support/fixtures.rs"]
+#[path = "../tests/it/support/fixtures.rs"]
 mod fixtures;
 
 use std::time::Instant;

@@ -40,6 +40,9 @@ pub mod status;
 pub mod store;
 /// `Table` output for kubectl get.
 pub mod table;
+/// Test support for every crate's tests: kubectl, child processes, polling (feature `testing`).
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use faults::{FaultHandle, RequestRecord, WriteFault};
 pub use rollout::RolloutHandle;

@@ -1,7 +1,7 @@
 //! `myapp-operator dev` as a new user runs it: the real binary, its printed instructions, and
 //! the real kubectl against the sandbox it starts.
 
-use crate::support::kubectl;
+use kube_sandbox::testing as kubectl;
 
 use std::{
     io::{BufRead, BufReader},

@@ -13,7 +13,7 @@ use crate::support::operator;
 use converge::eventually;
 use operator::Operator;
 
-use crate::support::kubectl;
+use kube_sandbox::testing as kubectl;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 

@@ -2,8 +2,6 @@
 //! without the lease, with and without the CRD, across a lease hand-off, and SIGTERM while
 //! webhook requests stream in.
 
-use crate::support::process;
-
 use std::{
     net::SocketAddr,
     path::PathBuf,
@@ -25,8 +23,8 @@ use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
+use kube_sandbox::testing::{Reap, log_lines, wait_for_addr, wait_for_message};
 use myapp_operator::crd::MyApp;
-use process::{Reap, log_lines, wait_for_addr, wait_for_message};
 use serde_json::json;
 use tokio::net::TcpStream;
 

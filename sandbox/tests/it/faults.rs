@@ -1,16 +1,16 @@
 //! Fault injection: closed watches, expired resourceVersions, failing writes, the request log.
 
-#[path = "support/fixtures.rs"]
-mod fixtures;
+use crate::support::fixtures;
 
 use std::collections::BTreeSet;
 
-use fixtures::{client, eventually};
+use fixtures::client;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube_sandbox::testing::eventually;
 use kube_sandbox::{Sandbox, WriteFault};
 use serde_json::json;
 

@@ -1,12 +1,8 @@
 //! The sandbox's write path through real HTTPS admission webhooks, and built-in defaults, seen
 //! by the kube client and by kubectl.
 
-#[path = "support/fixtures.rs"]
-mod fixtures;
-#[path = "support/kubectl.rs"]
-mod kubectl;
-#[path = "support/webhook.rs"]
-mod webhook;
+use crate::support::fixtures;
+use crate::support::webhook;
 
 use fixtures::{Widget, client, install_crd, widget};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -18,7 +14,7 @@ use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube_sandbox::Sandbox;
 use kube_sandbox::admission::ServiceRef;
-use kubectl::{Kubectl, path_str};
+use kube_sandbox::testing::{Kubectl, path_str};
 use serde_json::json;
 use webhook::{SERVICE, Webhook};
 

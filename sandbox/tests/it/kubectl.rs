@@ -3,15 +3,12 @@
 //! Skipped (with a printed reason) when kubectl is not on PATH, unless
 //! `SANDBOX_REQUIRE_KUBECTL=1`, which turns a missing kubectl into a failure.
 
-#[path = "support/fixtures.rs"]
-mod fixtures;
-#[path = "support/kubectl.rs"]
-mod kubectl;
+use crate::support::fixtures;
 
 use fixtures::Widget;
 use kube::CustomResourceExt;
 use kube_sandbox::Sandbox;
-use kubectl::{Kubectl, path_str};
+use kube_sandbox::testing::{Kubectl, path_str};
 
 fn widget_yaml(name: &str, replicas: i32, message: &str) -> String {
     format!(

@@ -1,8 +1,5 @@
-//! Shared test fixtures: a small custom resource, a sandbox client, and a polling helper.
+//! Shared test fixtures: a small custom resource and a sandbox client.
 #![allow(dead_code)]
-
-use std::future::Future;
-use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -73,19 +70,4 @@ pub fn widget(name: &str, replicas: i32, message: &str) -> Widget {
             colour: "red".into(),
         },
     )
-}
-
-/// Polls `check` until it returns Some (10 s at most; a hang fails the test).
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    for _ in 0..200 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
 }

@@ -1,13 +1,12 @@
 //! The real kube 5 client, watcher and Controller against the in-process router.
 
-#[path = "support/fixtures.rs"]
-mod fixtures;
+use crate::support::fixtures;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fixtures::{Widget, WidgetStatus, client, eventually, install_crd, widget};
+use fixtures::{Widget, WidgetStatus, client, install_crd, widget};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -17,6 +16,7 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use kube_sandbox::Sandbox;
+use kube_sandbox::testing::eventually;
 use serde_json::json;
 
 const MANAGER: &str = "widget-controller";

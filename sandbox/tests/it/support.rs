@@ -1,0 +1,4 @@
+//! What several test modules share.
+
+pub mod fixtures;
+pub mod webhook;
