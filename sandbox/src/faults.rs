@@ -52,7 +52,8 @@ const REQUEST_LOG_CAPACITY: usize = 100_000;
 
 #[derive(Default)]
 struct FaultState {
-    write_faults: VecDeque<WriteFault>,
+    /// Queued failures, each for any writer or only for one field manager's writes.
+    write_faults: VecDeque<(Option<String>, WriteFault)>,
     delay: Duration,
     expire_watches: usize,
     requests: VecDeque<RequestRecord>,
@@ -78,9 +79,16 @@ impl Faults {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The injected failure for this write, if one is queued.
-    pub(crate) fn take_write_fault(&self) -> Option<ApiError> {
-        let fault = self.lock().write_faults.pop_front()?;
+    /// The injected failure for this write by `field_manager`, if one is queued for it.
+    pub(crate) fn take_write_fault(&self, field_manager: Option<&str>) -> Option<ApiError> {
+        let fault = {
+            let mut s = self.lock();
+            let at = s
+                .write_faults
+                .iter()
+                .position(|(only, _)| only.is_none() || only.as_deref() == field_manager)?;
+            s.write_faults.remove(at)?.1
+        };
         Some(match fault {
             WriteFault::Conflict => ApiError::new(
                 409,
@@ -152,7 +160,18 @@ impl FaultHandle {
     /// Answers the next `count` writes (create, update, patch, delete) with `fault`.
     pub fn fail_next_writes(&self, count: usize, fault: WriteFault) {
         let mut s = self.0.lock();
-        s.write_faults.extend(std::iter::repeat_n(fault, count));
+        s.write_faults
+            .extend(std::iter::repeat_n((None, fault), count));
+    }
+
+    /// Fails the next `count` writes made under `field_manager` (others pass), so a test can
+    /// aim faults at one client while its own writes go through.
+    pub fn fail_next_writes_by(&self, field_manager: &str, count: usize, fault: WriteFault) {
+        let mut s = self.0.lock();
+        s.write_faults.extend(std::iter::repeat_n(
+            (Some(field_manager.to_owned()), fault),
+            count,
+        ));
     }
 
     /// Delays every response by `delay` (zero turns it off).

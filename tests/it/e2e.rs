@@ -19,6 +19,7 @@ use myapp_operator::{
     admission::AdmissionConfig,
     crd::{EnvVar, MyApp, MyAppSpec, Phase},
     dev::{Environment, Options},
+    resources::FIELD_MANAGER,
 };
 use serde_json::json;
 
@@ -180,7 +181,7 @@ async fn a_myapp_gets_owned_children_with_injected_defaults_and_a_running_status
     // instead of reporting Pending first. (The environment's install writes come first.)
     let operator_writes: Vec<(String, Option<String>)> = writes(&env)
         .into_iter()
-        .filter(|r| r.field_manager.as_deref() == Some(myapp_operator::resources::FIELD_MANAGER))
+        .filter(|r| r.field_manager.as_deref() == Some(FIELD_MANAGER))
         .map(|r| (r.resource.unwrap_or_default(), r.subresource))
         .filter(|(resource, _)| ["deployments", "services", "myapps"].contains(&resource.as_str()))
         .collect();
@@ -392,18 +393,46 @@ async fn the_operator_converges_through_dropped_watches_expired_versions_and_fai
     let apps = Api::<MyApp>::namespaced(env.client().await.unwrap(), NS);
     let faults = env.sandbox.faults();
 
-    // The create and the operator's first writes draw the faults.
-    faults.fail_next_writes(3, WriteFault::Conflict);
+    // The faults are aimed at the operator's writes (its field manager), so the test's own
+    // creates never draw them.
+    faults.fail_next_writes_by(FIELD_MANAGER, 3, WriteFault::Conflict);
     create_through_faults(&apps, "one").await;
     converged(&apps, "one", Phase::Running).await;
 
     faults.close_watches();
     faults.expire_next_watch();
-    faults.fail_next_writes(2, WriteFault::Internal);
-    faults.fail_next_writes(1, WriteFault::TooManyRequests { retry_after: 1 });
+    faults.fail_next_writes_by(FIELD_MANAGER, 2, WriteFault::Internal);
+    faults.fail_next_writes_by(
+        FIELD_MANAGER,
+        1,
+        WriteFault::TooManyRequests { retry_after: 1 },
+    );
     create_through_faults(&apps, "two").await;
     faults.set_delay(Duration::from_millis(100));
     converged(&apps, "two", Phase::Running).await;
+
+    // The request log proves the operator met each fault and retried what failed.
+    let requests = faults.requests();
+    let ours: Vec<_> = requests
+        .iter()
+        .filter(|r| r.field_manager.as_deref() == Some(FIELD_MANAGER))
+        .collect();
+    let failed: Vec<u16> = ours
+        .iter()
+        .map(|r| r.status)
+        .filter(|s| *s >= 400)
+        .collect();
+    assert_eq!(failed, [409, 409, 409, 500, 500, 429], "{ours:#?}");
+    for failure in ours.iter().filter(|r| r.status >= 400) {
+        assert!(
+            ours.iter().any(|r| r.path == failure.path
+                && r.subresource == failure.subresource
+                && r.status < 300),
+            "{} {} was never retried to success",
+            failure.verb,
+            failure.path
+        );
+    }
     faults.set_delay(Duration::ZERO);
     operator.stop().await;
     env.shutdown().await;

@@ -296,7 +296,8 @@ async fn resource(
             ),
         ));
     }
-    if is_write && let Some(err) = inner.faults.take_write_fault() {
+    let field_manager = query.get("fieldManager").map(String::as_str);
+    if is_write && let Some(err) = inner.faults.take_write_fault(field_manager) {
         return Err(err);
     }
     let has_name = ctx.path.name.is_some();

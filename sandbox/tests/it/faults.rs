@@ -140,6 +140,36 @@ async fn injected_write_failures_answer_with_their_status_then_writes_succeed() 
 }
 
 #[tokio::test]
+async fn failures_aimed_at_a_field_manager_spare_other_writers() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    sandbox
+        .faults()
+        .fail_next_writes_by("operator", 1, WriteFault::Conflict);
+    let apply =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    cms.create(&PostParams::default(), &config_map("by-someone"))
+        .await
+        .expect("a write without that manager passes");
+    cms.patch(
+        "a",
+        &PatchParams::apply("tester"),
+        &Patch::Apply(apply("a")),
+    )
+    .await
+    .expect("another manager's apply passes");
+    let ours = PatchParams::apply("operator");
+    let refused = cms.patch("b", &ours, &Patch::Apply(apply("b"))).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
+        "{refused:?}"
+    );
+    cms.patch("b", &ours, &Patch::Apply(apply("b")))
+        .await
+        .expect("the fault is spent");
+}
+
+#[tokio::test]
 async fn the_request_log_records_verb_resource_subresource_manager_and_status() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
