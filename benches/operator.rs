@@ -22,10 +22,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use kube_sandbox::testing::{Reap, log_lines, wait_for_addr};
-use myapp_operator::{
-    crd::{MyApp, MyAppSpec},
-    resources,
-};
+use myapp_operator::{crd::MyApp, resources};
 use serde_json::json;
 
 /// A `VmRSS`-style line of /proc/<pid>/status in KiB (`VmRSS`, `RssAnon`, `RssFile`).
@@ -51,15 +48,7 @@ fn rss(pid: u32) -> String {
 }
 
 fn app(i: usize) -> MyApp {
-    MyApp::new(
-        &format!("app-{i}"),
-        MyAppSpec {
-            replicas: Some(2),
-            image: "ghcr.io/example/web:1.4.2".into(),
-            port: 8080,
-            env: vec![],
-        },
-    )
+    MyApp::test(&format!("app-{i}"))
 }
 
 async fn converged(client: &Client, namespace: &str, apps: usize) -> bool {

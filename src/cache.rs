@@ -527,8 +527,8 @@ mod tests {
                 cached(&crate::resources::service(app)),
             )
         };
-        let (d1, s1) = children(&MyApp::test("web").env("A", "1"));
-        let (d2, s2) = children(&MyApp::test("shop").replicas(None).port(9090));
+        let (d1, s1) = children(&MyApp::test("web").env("A", "1").stored());
+        let (d2, s2) = children(&MyApp::test("shop").replicas(None).port(9090).stored());
         let (first, second) = (strings_of(&d1, &s1), strings_of(&d2, &s2));
         assert!(first.len() > 10, "the walk finds the strings: {first:?}");
         let mut constant = 0;

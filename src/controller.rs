@@ -504,7 +504,6 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::MyAppSpec;
 
     #[test]
     fn backoff_doubles_per_attempt_and_stops_at_the_cap() {
@@ -535,21 +534,14 @@ mod tests {
     #[test]
     fn only_an_unreported_generation_or_a_relist_triggers_a_reconcile() {
         let app = |generation: i64, observed: Option<i64>| {
-            let mut app = MyApp::new(
-                "web",
-                MyAppSpec {
-                    replicas: None,
-                    image: "nginx".into(),
-                    port: 80,
-                    env: vec![],
-                },
-            );
-            app.metadata.generation = Some(generation);
-            app.status = observed.map(|g| crate::crd::MyAppStatus {
-                observed_generation: Some(g),
-                ..Default::default()
-            });
-            app
+            let app = MyApp::test("web").stored().generation(generation);
+            match observed {
+                Some(g) => app.status(MyAppStatus {
+                    observed_generation: Some(g),
+                    ..Default::default()
+                }),
+                None => app,
+            }
         };
         use watcher::Event::{Apply, InitApply};
         assert!(needs_reconcile(&Apply(app(1, None))), "new, never reported");

@@ -10,10 +10,10 @@ use crate::crd::{EnvVar, MyApp, MyAppSpec, MyAppStatus};
 pub const TEST_IMAGE: &str = "ghcr.io/example/web:1.4.2";
 
 impl MyApp {
-    /// A valid MyApp named `name` in namespace `default`, as the API server returns it after a
-    /// create (uid, generation 1): 2 replicas of [`TEST_IMAGE`] on port 8080, no env, no status.
+    /// A valid MyApp named `name`, as a client would create it: 2 replicas of [`TEST_IMAGE`] on
+    /// port 8080, no env, no status, and no server-set metadata.
     pub fn test(name: &str) -> Self {
-        let mut app = MyApp::new(
+        MyApp::new(
             name,
             MyAppSpec {
                 replicas: Some(2),
@@ -21,12 +21,19 @@ impl MyApp {
                 port: 8080,
                 env: vec![],
             },
-        );
-        app.metadata.namespace = Some("default".into());
-        app.metadata.uid = Some(format!("00000000-0000-4000-8000-{:012x}", name.len()));
-        app.metadata.generation = Some(1);
-        app.metadata.resource_version = Some("1".into());
-        app
+        )
+    }
+
+    /// As the API server returns it after the create: in namespace `default` (unless set),
+    /// with a uid, generation 1 and a resourceVersion.
+    pub fn stored(mut self) -> Self {
+        let meta = &mut self.metadata;
+        meta.namespace.get_or_insert_with(|| "default".into());
+        let name = meta.name.as_deref().unwrap_or_default();
+        meta.uid = Some(format!("00000000-0000-4000-8000-{:012x}", name.len()));
+        meta.generation = Some(1);
+        meta.resource_version = Some("1".into());
+        self
     }
 
     /// In namespace `namespace`.

@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn the_plan_writes_what_differs_and_nothing_at_steady_state() {
-        let app = MyApp::test("web");
+        let app = MyApp::test("web").stored();
         let deployment = rolled_out(&app);
         let pending = unobserved(&app);
         let svc = service(&app);
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn a_changed_spec_reapplies_only_the_child_it_changes() {
-        let app = MyApp::test("web").status(MyAppStatus::default());
+        let app = MyApp::test("web").stored().status(MyAppStatus::default());
         let deployment = rolled_out(&app);
         let svc = service(&app);
         let observed = Observed {
@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn replicas_are_handed_over_only_when_the_spec_stops_setting_them() {
-        let app = MyApp::test("web").replicas(Some(5));
+        let app = MyApp::test("web").stored().replicas(Some(5));
         let applied: CachedDeployment = cache::cached(&resources::deployment(&app));
         assert_eq!(
             replicas_to_hand_over(&app, Some(&applied)),

@@ -209,26 +209,18 @@ fn contains(observed: &Value, desired: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::cache::{CachedDeployment, CachedService, cached};
-    use crate::crd::{EnvVar as AppEnv, MyAppSpec};
+    use crate::crd::EnvVar as AppEnv;
     use crate::status::Rollout;
     use serde_json::json;
 
     // === fixtures ===
 
     fn app() -> MyApp {
-        let mut app = MyApp::new(
-            "web",
-            MyAppSpec {
-                replicas: Some(3),
-                image: "ghcr.io/example/web:1.4.2".into(),
-                port: 8080,
-                env: vec![],
-            },
-        );
-        app.metadata.namespace = Some("shop".into());
-        app.metadata.uid = Some("6f1c0e62-0000-4000-8000-000000000001".into());
-        app.metadata.generation = Some(2);
-        app
+        MyApp::test("web")
+            .in_namespace("shop")
+            .replicas(Some(3))
+            .stored()
+            .generation(2)
     }
 
     fn with_env(mut app: MyApp, pairs: &[(&str, &str)]) -> MyApp {
@@ -275,7 +267,7 @@ mod tests {
         assert_eq!(
             v["metadata"]["ownerReferences"],
             json!([{"apiVersion": "example.com/v1", "kind": "MyApp", "name": "web",
-                    "uid": "6f1c0e62-0000-4000-8000-000000000001", "controller": true}])
+                    "uid": app().metadata.uid, "controller": true}])
         );
         assert_eq!(
             v["metadata"]["labels"]["app.kubernetes.io/managed-by"],

@@ -200,6 +200,7 @@ mod tests {
     fn app() -> MyApp {
         MyApp::test("web")
             .in_namespace("shop")
+            .stored()
             .replicas(Some(3))
             .generation(2)
     }

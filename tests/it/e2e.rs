@@ -17,7 +17,7 @@ use kube::{
 use kube_sandbox::WriteFault;
 use myapp_operator::{
     admission::AdmissionConfig,
-    crd::{EnvVar, MyApp, MyAppSpec, Phase},
+    crd::{EnvVar, MyApp, Phase},
     dev::{Environment, Options},
     resources::FIELD_MANAGER,
 };
@@ -57,18 +57,9 @@ async fn start_operator(
 }
 
 fn app(name: &str, replicas: Option<i32>) -> MyApp {
-    MyApp::new(
-        name,
-        MyAppSpec {
-            replicas,
-            image: "ghcr.io/example/web:1.4.2".into(),
-            port: 8080,
-            env: vec![EnvVar {
-                name: "LOG_LEVEL".into(),
-                value: "info".into(),
-            }],
-        },
-    )
+    MyApp::test(name)
+        .replicas(replicas)
+        .env("LOG_LEVEL", "info")
 }
 
 fn container_env(d: &Deployment) -> Vec<(String, String)> {

@@ -29,7 +29,7 @@ use kube::{
 };
 use kube_sandbox::RequestRecord;
 use myapp_operator::{
-    crd::{EnvVar, MyApp, MyAppSpec, Phase},
+    crd::{MyApp, Phase},
     dev::{Environment, Options},
 };
 use serde_json::{Value, json};
@@ -161,18 +161,7 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);
     let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
     let services = Api::<Service>::namespaced(client.clone(), NS);
-    let app = MyApp::new(
-        "web",
-        MyAppSpec {
-            replicas: Some(2),
-            image: "ghcr.io/example/web:1.4.2".into(),
-            port: 8080,
-            env: vec![EnvVar {
-                name: "LOG_LEVEL".into(),
-                value: "info".into(),
-            }],
-        },
-    );
+    let app = MyApp::test("web").env("LOG_LEVEL", "info");
     // Create: children applied (SSA patches that create), status applied, Events created.
     apps.create(&PostParams::default(), &app).await.unwrap();
     converged(&apps, "web", Phase::Running).await;

@@ -274,12 +274,7 @@ impl Cluster {
             .map(|i| {
                 let api = api.clone();
                 async move {
-                    let app: MyApp = serde_json::from_value(json!({
-                        "apiVersion": "example.com/v1", "kind": "MyApp",
-                        "metadata": {"name": format!("app-{i}"), "namespace": "default"},
-                        "spec": {"replicas": 1, "image": "ghcr.io/example/web:1.4.2", "port": 8080},
-                    }))
-                    .unwrap();
+                    let app = MyApp::test(&format!("app-{i}")).replicas(Some(1));
                     api.create(&PostParams::default(), &app).await.unwrap();
                 }
             })
