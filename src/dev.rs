@@ -66,7 +66,8 @@ impl Options {
 }
 
 /// A running sandbox with the webhook and the install applied (the controller is separate:
-/// tests start zero, one or two of them).
+/// tests start zero, one or two of them). Dropping it stops what it started, so a failing test
+/// leaves no server behind; [`Environment::shutdown`] stops in order and waits.
 pub struct Environment {
     /// The in-memory API server.
     pub sandbox: Sandbox,
@@ -74,8 +75,9 @@ pub struct Environment {
     pub parts: Parts,
     /// Path of the written kubeconfig.
     pub kubeconfig_path: PathBuf,
-    served: Served,
-    webhook: webhook::ServerHandle,
+    /// Both taken only by [`Environment::shutdown`].
+    served: Option<Served>,
+    webhook: Option<webhook::ServerHandle>,
     stop_webhook: CancellationToken,
 }
 
@@ -136,8 +138,8 @@ impl Environment {
             sandbox,
             parts,
             kubeconfig_path,
-            served,
-            webhook,
+            served: Some(served),
+            webhook: Some(webhook),
             stop_webhook,
         };
         env.install(&bundle.ca_pem).await?;
@@ -147,7 +149,7 @@ impl Environment {
     /// A kube client for the sandbox, through its loopback address as kubectl reaches it.
     pub async fn client(&self) -> Result<Client, Error> {
         let kubeconfig =
-            Kubeconfig::from_yaml(&self.served.kubeconfig()).map_err(Error::ReadKubeconfig)?;
+            Kubeconfig::from_yaml(&self.served().kubeconfig()).map_err(Error::ReadKubeconfig)?;
         let config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
@@ -157,12 +159,15 @@ impl Environment {
 
     /// The sandbox's address.
     pub fn api_addr(&self) -> SocketAddr {
-        self.served.addr()
+        self.served().addr()
     }
 
     /// The webhook's address.
     pub fn webhook_addr(&self) -> SocketAddr {
-        self.webhook.local_addr()
+        self.webhook
+            .as_ref()
+            .expect("the webhook runs until shutdown")
+            .local_addr()
     }
 
     async fn install(&self, ca_pem: &str) -> Result<(), Error> {
@@ -201,11 +206,28 @@ impl Environment {
     }
 
     /// Stops the webhook (after its drain delay) and the API server.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.parts.health.set_shutting_down();
         self.stop_webhook.cancel();
-        let _ = self.webhook.wait().await;
-        let _ = self.served.shutdown().await;
+        if let Some(webhook) = self.webhook.take() {
+            let _ = webhook.wait().await;
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.shutdown().await;
+        }
+    }
+
+    fn served(&self) -> &Served {
+        self.served
+            .as_ref()
+            .expect("the API server runs until shutdown")
+    }
+}
+
+impl Drop for Environment {
+    fn drop(&mut self) {
+        // The webhook server stops on its token; the API server stops when `Served` drops.
+        self.stop_webhook.cancel();
     }
 }
 

@@ -583,3 +583,18 @@ fn deployment_writes() -> myapp_operator::metrics::WriteLabels {
         target: "deployment",
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_environment_stops_its_servers() {
+    let (env, _dir) = environment(&[]).await;
+    let (api, webhook) = (env.api_addr(), env.webhook_addr());
+    assert!(tokio::net::TcpStream::connect(api).await.is_ok());
+    assert!(tokio::net::TcpStream::connect(webhook).await.is_ok());
+    drop(env);
+    eventually("the API server and the webhook stop listening", || async {
+        let api = tokio::net::TcpStream::connect(api).await;
+        let webhook = tokio::net::TcpStream::connect(webhook).await;
+        (api.is_err() && webhook.is_err()).then_some(())
+    })
+    .await;
+}
