@@ -7,7 +7,7 @@ RUN rustup target add x86_64-unknown-linux-musl && apt-get update \
 WORKDIR /src
 # Dependency layer: the manifests, the lock file and every file a manifest names by path
 # (cargo refuses a manifest whose [[bench]] files are missing), with empty library and binary
-# targets, so source edits do not rebuild every crate. tests/manifests.rs replays this stage.
+# targets, so source edits do not rebuild every crate. tests/it/manifests.rs replays this stage.
 COPY Cargo.toml Cargo.lock ./
 COPY webhook/Cargo.toml webhook/Cargo.toml
 COPY sandbox/Cargo.toml sandbox/Cargo.toml

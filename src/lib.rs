@@ -1,25 +1,43 @@
 //! myapp-operator: a controller for the `MyApp` custom resource and its admission webhook.
 #![forbid(unsafe_code)]
 
+/// The admin server: `/livez`, `/readyz`, `/metrics`.
 pub mod admin;
+/// The MyApp admission rules (validate, default) and their webhook routes.
 pub mod admission;
+/// What the watch caches keep of children: slim typed Deployments and Services.
 pub mod cache;
+/// Local CA and webhook serving certificates.
 pub mod certs;
+/// Flags and subcommands.
 pub mod cli;
+/// The async shell: watches, carrying out each reconcile's plan, backoff, Events.
 pub mod controller;
+/// The `MyApp` API: spec, status, schema and CEL rules.
 pub mod crd;
+/// `dev`: the whole system locally on the in-memory API server (feature `dev`).
 #[cfg(feature = "dev")]
 pub mod dev;
+/// The operator's one error type.
 pub mod error;
+/// Test objects: `MyApp::test(name)` and its chainable setters (tests and feature `dev`).
 #[cfg(any(test, feature = "dev"))]
 pub mod fixtures;
+/// Leader election on a Lease.
 pub mod leader;
+/// Prometheus metrics.
 pub mod metrics;
+/// One reconcile decided without IO: what to apply, report, publish, and when to look again.
 pub mod plan;
+/// Read-your-writes: our writes the watch caches have not seen yet.
 pub mod recent;
+/// Pure builders of the desired Deployment and Service, and the applied-or-not comparison.
 pub mod resources;
+/// `run`: one process, webhook and admin servers on every replica, ordered shutdown.
 pub mod run;
+/// A MyApp's phase and conditions from its observed Deployment.
 pub mod status;
+/// Logging setup.
 pub mod telemetry;
 
 pub use error::Error;
