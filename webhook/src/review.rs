@@ -539,7 +539,7 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
     let review: ReviewIn<'_> = serde_json::from_slice(body).map_err(|e| {
         (
             bad(format!("failed to parse AdmissionReview: {e}")),
-            String::new(),
+            readable_uid(body),
         )
     })?;
     let ReviewIn {
@@ -597,6 +597,26 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
         object: request.object,
         old_object: request.old_object,
     })
+}
+
+/// The envelope's `request.uid` when the envelope as a whole does not parse (a field of the
+/// wrong type elsewhere): read on its own, every other field skipped. Empty when unreadable.
+fn readable_uid(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct UidOnly<'a> {
+        #[serde(borrow)]
+        request: Option<UidIn<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct UidIn<'a> {
+        #[serde(borrow)]
+        uid: Option<Cow<'a, str>>,
+    }
+    serde_json::from_slice::<UidOnly<'_>>(body)
+        .ok()
+        .and_then(|r| r.request?.uid)
+        .map(Cow::into_owned)
+        .unwrap_or_default()
 }
 
 /// Parses a raw object as the rule's type; the error names the field that failed, and the

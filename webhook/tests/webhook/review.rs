@@ -271,6 +271,31 @@ async fn bad(router: &axum::Router, request: Request<Body>) -> (u16, Value) {
 }
 
 #[tokio::test]
+async fn an_envelope_field_of_the_wrong_type_is_answered_with_the_uid() {
+    let router = router(&Metrics::new());
+    let review: Value = serde_json::from_slice(&fixture("create.json")).unwrap();
+    let breakages: [(&str, fn(&mut Value)); 4] = [
+        ("request.kind", |r| r["request"]["kind"] = json!("s")),
+        ("request.name", |r| r["request"]["name"] = Value::Null),
+        ("apiVersion", |r| r["apiVersion"] = json!(0)),
+        ("request.dryRun", |r| r["request"]["dryRun"] = json!("yes")),
+    ];
+    for (field, break_it) in breakages {
+        let mut broken = review.clone();
+        break_it(&mut broken);
+        for path in ["/validate", "/mutate"] {
+            let body = serde_json::to_vec(&broken).unwrap();
+            let (status, response) = bad(&router, post(path, body)).await;
+            assert_eq!(status, 400, "{field} on {path}");
+            assert_eq!(
+                response["uid"], review["request"]["uid"],
+                "{field} on {path}: {response}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn bad_envelopes_get_a_precise_4xx() {
     let metrics = Metrics::new();
     let router = router(&metrics);
