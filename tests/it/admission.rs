@@ -337,11 +337,8 @@ proptest! {
     ) {
         let router = admission::router(config());
         let response = call(&router, MUTATE_PATH, &review("CREATE", &object, None));
-        if response["allowed"] == json!(false) {
-            // Only a spec that does not parse as MyAppSpec is refused, with a 400.
-            prop_assert_eq!(&response["status"]["code"], &json!(400));
-            return Ok(());
-        }
+        // Mutation refuses nothing: a spec that does not parse is left to the schema.
+        prop_assert_eq!(&response["allowed"], &json!(true), "{}", response);
         let patched = match patch_of(&response) {
             Some(patch) => apply(&object, &patch),
             None => object.clone(),

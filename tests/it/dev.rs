@@ -167,6 +167,23 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
         stderr.contains("sha256 needs 64 and sha512 128 lower-case hex digits"),
         "{stderr}"
     );
+    // A required field missing: the mutating webhook, which runs before the schema, admits
+    // what it cannot read, so the author gets the schema's message, not a parse error.
+    let missing_port = kubectl.file(
+        "missing-port.yaml",
+        "apiVersion: example.com/v1\nkind: MyApp\nmetadata:\n  name: no-port\nspec:\n  image: ghcr.io/example/web:1.4.2\n",
+    );
+    let out = kubectl
+        .run(&[
+            "apply",
+            "-f",
+            kube_sandbox::testing::path_str(&missing_port),
+        ])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("spec.port: Required value"), "{stderr}");
+    assert!(!stderr.contains("does not parse"), "{stderr}");
     // A mistake the schema knows about is refused before any validating webhook runs.
     let out = kubectl
         .run(&["apply", "-f", &example("invalid-replicas-negative.yaml")])

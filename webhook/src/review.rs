@@ -23,7 +23,7 @@ use base64::Engine as _;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use crate::{
     metrics::{Decision, ReviewCode},
@@ -827,7 +827,17 @@ where
     F: Fn(&mut T, &Context<'_>),
 {
     let raw_object = required(request.object, "request.object", operation)?;
-    let mut object: T = typed(raw_object, "request.object", &request.kind)?;
+    let mut object: T = match typed(raw_object, "request.object", &request.kind) {
+        Ok(object) => object,
+        Err(failure) => {
+            // Mutating webhooks run before the API server's schema validation: an object the
+            // rule's type cannot read is admitted unchanged, so its author gets the schema's own
+            // message (`spec.port: Required value`) rather than a Rust parse error. Validating
+            // webhooks run after it, so there the same object is denied.
+            debug!(uid = %request.uid, reason = %failure.message, "Admitted unchanged: the object does not parse");
+            return Ok(None);
+        }
+    };
     let internal = |message: String| {
         Failure::denial(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
     };
