@@ -287,7 +287,8 @@ async fn bad(router: &axum::Router, request: Request<Body>) -> (u16, Value) {
 async fn an_envelope_field_of_the_wrong_type_is_answered_with_the_uid() {
     let router = router(&Metrics::new());
     let review: Value = serde_json::from_slice(&fixture("create.json")).unwrap();
-    let breakages: [(&str, fn(&mut Value)); 4] = [
+    type Breakage = (&'static str, fn(&mut Value));
+    let breakages: [Breakage; 4] = [
         ("request.kind", |r| r["request"]["kind"] = json!("s")),
         ("request.name", |r| r["request"]["name"] = Value::Null),
         ("apiVersion", |r| r["apiVersion"] = json!(0)),
