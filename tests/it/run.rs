@@ -433,3 +433,50 @@ async fn readiness_stays_up_across_a_lease_hand_off() {
     );
     assert_eq!(gauge(second.admin, "myapp_leader").await, Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_serving_certificate_stops_the_start_naming_the_file_and_its_not_after() {
+    let cluster = Cluster::start(true).await;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 6, 30);
+    let cert = params.self_signed(&key).unwrap();
+    std::fs::write(cluster.certs.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(cluster.certs.join("tls.key"), key.serialize_pem()).unwrap();
+    let mut child = Reap(
+        Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+            .args([
+                "run",
+                "--webhook-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--cert-dir")
+            .arg(&cluster.certs)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 30 s after start: the expired pair was served"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tls.crt") && stderr.contains("to 2021-06-30T00:00:00Z"),
+        "{stderr}"
+    );
+}

@@ -24,6 +24,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// The certificate is expired or not valid yet (beyond the allowed clock skew).
+    #[error(
+        "certificate {path} is not valid now ({now}): valid from {not_before} to {not_after}; renew it (cert-manager: check the Certificate's status)"
+    )]
+    CertificateNotValid {
+        /// The certificate file.
+        path: PathBuf,
+        /// Its `notBefore`, RFC 3339.
+        not_before: String,
+        /// Its `notAfter`, RFC 3339.
+        not_after: String,
+        /// This node's clock, RFC 3339.
+        now: String,
+    },
+
     /// The key file holds no usable PEM private key.
     #[error("failed to parse private key {path}: {reason}")]
     ParseKey {

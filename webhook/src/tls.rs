@@ -105,7 +105,7 @@ impl CertStore {
         let (cert_pem, key_pem) = read_pair(&paths)?;
         let (key, not_after) = parse_pair(&paths, &cert_pem, &key_pem, &provider)?;
         metrics.cert_not_after.set(not_after);
-        info!(dir = %paths.dir.display(), not_after, "Loaded serving certificate");
+        info!(dir = %paths.dir.display(), not_after = %rfc3339(not_after), "Loaded serving certificate");
         Ok(Self {
             inner: Arc::new(Inner {
                 paths,
@@ -152,7 +152,7 @@ impl CertStore {
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
         self.inner.metrics.cert_not_after.set(not_after);
         self.inner.metrics.cert_reloads.inc();
-        info!(dir = %paths.dir.display(), not_after, "Reloaded serving certificate");
+        info!(dir = %paths.dir.display(), not_after = %rfc3339(not_after), "Reloaded serving certificate");
         Ok(Reload::Replaced)
     }
 
@@ -256,6 +256,23 @@ fn read_pair(paths: &CertPaths) -> Result<(Vec<u8>, Vec<u8>), Error> {
     Ok((read(paths.cert())?, read(paths.key())?))
 }
 
+/// How far the clocks of this node and of the certificate's issuer may disagree: a pair that
+/// turns valid within this long, or expired this long ago, is still loaded. cert-manager renews
+/// two thirds into a certificate's life, so a pair this close to its end is already replaced.
+pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Unix seconds as an RFC 3339 UTC date, for messages people read.
+fn rfc3339(unix: i64) -> String {
+    jiff::Timestamp::from_second(unix)
+        .map_or_else(|_| format!("{unix} (Unix seconds)"), |t| t.to_string())
+}
+
 fn parse_pair(
     paths: &CertPaths,
     cert_pem: &[u8],
@@ -272,7 +289,16 @@ fn parse_pair(
     let leaf = chain
         .first()
         .ok_or_else(|| cert_error("no CERTIFICATE block found".to_owned()))?;
-    let not_after = der::not_after(leaf).map_err(|e| cert_error(e.to_owned()))?;
+    let (not_before, not_after) = der::validity(leaf).map_err(|e| cert_error(e.to_owned()))?;
+    let (now, skew) = (unix_now(), CLOCK_SKEW.as_secs() as i64);
+    if now + skew < not_before || now - skew > not_after {
+        return Err(Error::CertificateNotValid {
+            path: paths.cert(),
+            not_before: rfc3339(not_before),
+            not_after: rfc3339(not_after),
+            now: rfc3339(now),
+        });
+    }
 
     let key_error = |reason: String| Error::ParseKey {
         path: paths.key(),
@@ -379,7 +405,13 @@ impl ServerCertVerifier for PinnedVerifier {
 /// validity`), and rustls has already parsed the certificate for real when the key was matched.
 mod der {
     /// Returns `notAfter` as Unix seconds.
+    #[cfg(test)]
     pub(super) fn not_after(cert: &[u8]) -> Result<i64, &'static str> {
+        validity(cert).map(|(_, not_after)| not_after)
+    }
+
+    /// Returns (`notBefore`, `notAfter`) as Unix seconds.
+    pub(super) fn validity(cert: &[u8]) -> Result<(i64, i64), &'static str> {
         let (certificate, _) = element(cert, 0x30)?;
         let (tbs, _) = element(certificate, 0x30)?;
         let mut rest = tbs;
@@ -391,8 +423,8 @@ mod der {
         rest = element(rest, 0x30)?.1; // signature AlgorithmIdentifier
         rest = element(rest, 0x30)?.1; // issuer Name
         let (validity, _) = element(rest, 0x30)?;
-        let not_before_rest = skip_any(validity)?;
-        time(not_before_rest)
+        let not_after = skip_any(validity)?;
+        Ok((time(validity)?, time(not_after)?))
     }
 
     /// Splits off one element with the expected tag: returns (content, rest).
@@ -529,6 +561,64 @@ mod tests {
         let store = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap();
         // 2031-05-17T00:00:00Z
         assert_eq!(store.not_after(), 1_936_742_400);
+    }
+
+    fn signed_for(not_before: (i32, u8, u8), not_after: (i32, u8, u8)) -> (String, String) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["webhook.test.svc".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn an_expired_or_not_yet_valid_pair_is_refused_at_start_naming_file_and_dates() {
+        for ((cert, key), expected) in [
+            (
+                signed_for((2020, 1, 1), (2021, 3, 4)),
+                "valid from 2020-01-01T00:00:00Z to 2021-03-04T00:00:00Z",
+            ),
+            (
+                signed_for((2090, 1, 1), (2091, 1, 1)),
+                "valid from 2090-01-01T00:00:00Z to 2091-01-01T00:00:00Z",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            write_pair(dir.path(), &cert, &key);
+            let error = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap_err();
+            let text = error.to_string();
+            assert!(matches!(error, Error::CertificateNotValid { .. }), "{text}");
+            assert!(
+                text.contains("tls.crt") && text.contains(expected),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pair_that_is_not_valid_now_never_replaces_a_valid_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed((2030, 1, 1));
+        write_pair(dir.path(), &cert, &key);
+        let metrics = Metrics::new();
+        let store = CertStore::load(CertPaths::in_dir(dir.path()), metrics.clone()).unwrap();
+        let before = store.current();
+        for (cert, key) in [
+            signed_for((2020, 1, 1), (2021, 1, 1)),
+            signed_for((2090, 1, 1), (2091, 1, 1)),
+        ] {
+            write_pair(dir.path(), &cert, &key);
+            let error = store.reload().unwrap_err();
+            assert!(
+                matches!(error, Error::CertificateNotValid { .. }),
+                "{error}"
+            );
+            assert!(Arc::ptr_eq(&before, &store.current()));
+        }
+        assert_eq!(metrics.cert_reload_errors(), 2);
+        assert_eq!(metrics.cert_reloads(), 0);
     }
 
     #[test]
