@@ -88,13 +88,18 @@ impl Bundle {
     }
 }
 
-fn write_file(path: &Path, text: &str, private: bool) -> std::io::Result<()> {
+/// Writes `text` to `path`; a `private` file is readable by its owner only, also when it
+/// existed before with wider permissions.
+pub(crate) fn write_file(path: &Path, text: &str, private: bool) -> std::io::Result<()> {
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     if private {
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         options.mode(0o600);
+        if path.exists() {
+            fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+        }
     }
     #[cfg(not(unix))]
     let _ = private;

@@ -86,6 +86,7 @@ impl Environment {
     /// configurations with the CA filled in.
     pub async fn start(options: Options) -> Result<Self, Error> {
         let parts = Parts::new();
+        private_dir(&options.state_dir)?;
         let cert_dir = options.state_dir.join("certs");
         let bundle = certs::generate(&certs::service_sans(WEBHOOK_SERVICE.1, WEBHOOK_SERVICE.0))?;
         bundle.write_to(&cert_dir)?;
@@ -111,15 +112,15 @@ impl Environment {
             .rollout_delay(options.rollout_delay.unwrap_or_default())
             .webhook_service(service, webhook.local_addr())
             .build();
-        let served = sandbox
-            .serve(options.api_addr)
-            .await
-            .map_err(Error::StartSandbox)?;
+        let served =
+            sandbox
+                .serve(options.api_addr)
+                .await
+                .map_err(|source| Error::StartSandbox {
+                    addr: options.api_addr,
+                    source,
+                })?;
 
-        std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::WriteFile {
-            path: options.state_dir.clone(),
-            source,
-        })?;
         let kubeconfig_path =
             std::path::absolute(options.state_dir.join("kubeconfig")).map_err(|source| {
                 Error::WriteFile {
@@ -127,7 +128,8 @@ impl Environment {
                     source,
                 }
             })?;
-        std::fs::write(&kubeconfig_path, served.kubeconfig()).map_err(|source| {
+        // It holds the API server's address and credentials: the owner's only.
+        certs::write_file(&kubeconfig_path, &served.kubeconfig(), true).map_err(|source| {
             Error::WriteFile {
                 path: kubeconfig_path.clone(),
                 source,
@@ -231,6 +233,21 @@ impl Drop for Environment {
     }
 }
 
+/// Creates `dir` (and its parents) readable by its owner only: it holds a kubeconfig and keys.
+fn private_dir(dir: &std::path::Path) -> Result<(), Error> {
+    let failed = |source| Error::WriteFile {
+        path: dir.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
+    }
+    Ok(())
+}
+
 /// The documents of [`WEBHOOKS_YAML`] of one kind.
 pub fn webhook_documents<T: DeserializeOwned>(kind: &str) -> Result<Vec<T>, Error> {
     let docs: Vec<serde_json::Value> =
@@ -263,6 +280,17 @@ where
 
 /// `myapp-operator dev`: starts everything, prints how to use it, serves until Ctrl-C.
 pub async fn dev(args: DevArgs) -> Result<(), Error> {
+    // The sandbox authenticates nobody: on any other interface it would hand the cluster to
+    // whoever reaches the port.
+    for (flag, addr) in [
+        ("--api-addr", args.api_addr),
+        ("--webhook-addr", args.webhook_addr),
+        ("--admin-addr", args.admin_addr),
+    ] {
+        if !addr.ip().is_loopback() {
+            return Err(Error::DevNotLoopback { flag, addr });
+        }
+    }
     let options = Options {
         api_addr: args.api_addr,
         webhook_addr: args.webhook_addr,

@@ -77,8 +77,20 @@ pub enum Error {
     InstallLogger(#[source] tracing_subscriber::util::TryInitError),
     // --- run ---
     /// Neither an in-cluster service account nor a kubeconfig was found or usable.
-    #[error("failed to find the cluster's configuration (set KUBECONFIG or run in a pod): {0}")]
-    InferConfig(#[source] kube::config::InferConfigError),
+    #[error(
+        "failed to find the cluster's configuration from KUBECONFIG={kubeconfig} or the pod's service account (set KUBECONFIG or run in a pod): {source}"
+    )]
+    InferConfig {
+        /// `KUBECONFIG` as set, or `unset`.
+        kubeconfig: String,
+        #[source]
+        source: kube::config::InferConfigError,
+    },
+    /// A second signal ended the graceful shutdown early.
+    #[error(
+        "a second signal cut the graceful shutdown short; in-flight requests may have been dropped"
+    )]
+    ForcedShutdown,
     /// No cluster could be reached from the kubeconfig or the in-cluster service account.
     #[error("failed to connect to the cluster (set KUBECONFIG or run in a pod): {0}")]
     ConnectCluster(#[source] kube::Error),
@@ -91,8 +103,26 @@ pub enum Error {
     // --- dev (only with the `dev` feature) ---
     #[cfg(feature = "dev")]
     /// The in-memory API server did not start.
-    #[error("failed to start the sandbox API server (is --api-addr free?): {0}")]
-    StartSandbox(#[source] kube_sandbox::Error),
+    #[error(
+        "failed to start the sandbox API server on {addr} (is it free? pick another with --api-addr, or 0 for any): {source}"
+    )]
+    StartSandbox {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        #[source]
+        source: kube_sandbox::Error,
+    },
+    #[cfg(feature = "dev")]
+    /// `dev` was asked to listen beyond loopback.
+    #[error(
+        "dev serves an unauthenticated API server: {flag} {addr} must be a loopback address (127.0.0.1 or [::1])"
+    )]
+    DevNotLoopback {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        addr: std::net::SocketAddr,
+    },
     #[cfg(feature = "dev")]
     /// The sandbox's kubeconfig could not be read back.
     #[error("failed to read the sandbox kubeconfig: {0}")]

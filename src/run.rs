@@ -24,7 +24,12 @@ pub const USER_AGENT: &str = concat!("myapp-operator/", env!("CARGO_PKG_VERSION"
 
 /// A client for the cluster found the usual way (in-cluster config, then `KUBECONFIG`).
 async fn client() -> Result<Client, Error> {
-    let mut config = kube::Config::infer().await.map_err(Error::InferConfig)?;
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|source| Error::InferConfig {
+            kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".into()),
+            source,
+        })?;
     config.headers.push((
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(USER_AGENT),
@@ -34,10 +39,12 @@ async fn client() -> Result<Client, Error> {
 
 /// Runs the operator until SIGTERM or Ctrl-C, then shuts down in order: readiness false ->
 /// the webhook answers for the drain delay -> stops accepting and finishes in-flight requests
-/// -> the controller stops gracefully -> the lease is released. A second signal returns at once.
+/// -> the controller stops gracefully -> the lease is released. A second signal cuts it short
+/// and fails (requests may have been dropped).
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let client = client().await?;
+    // First of all: a SIGTERM in the first milliseconds must start a shutdown, not kill.
     let signals = Signals::install()?;
+    let client = client().await?;
     let identity = args
         .leader
         .identity
@@ -100,7 +107,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         () = shutdown => Ok(()),
         () = signals.second() => {
             warn!("Second signal: exiting at once");
-            Ok(())
+            Err(Error::ForcedShutdown)
         }
     }
 }

@@ -207,3 +207,90 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     stream.read_exact(&mut head).ok()?;
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }
+
+/// Runs `dev` with `args` until it exits (it must, within 30 s), returning its exit code and
+/// stderr.
+fn dev_fails(state_dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+        .arg("dev")
+        .args(args)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start myapp-operator dev");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("dev {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+#[test]
+fn dev_refuses_to_serve_beyond_loopback_and_names_a_busy_address() {
+    let state = tempfile::tempdir().unwrap();
+    let (code, stderr) = dev_fails(
+        state.path(),
+        &[
+            "--api-addr",
+            "0.0.0.0:0",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--api-addr 0.0.0.0:0 must be a loopback address"),
+        "{stderr}"
+    );
+
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let (code, stderr) = dev_fails(
+        state.path(),
+        &[
+            "--api-addr",
+            &addr,
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("sandbox API server on {addr}")),
+        "{stderr}"
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_keeps_its_state_dir_and_kubeconfig_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let state = parent.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let kubeconfig = state.join("kubeconfig");
+    std::fs::write(&kubeconfig, "left over").unwrap();
+    std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let _dev = start_dev(&state);
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o700);
+    assert_eq!(mode(&kubeconfig), 0o600);
+    assert_eq!(mode(&state.join("certs/tls.key")), 0o600);
+}

@@ -480,3 +480,27 @@ async fn an_expired_serving_certificate_stops_the_start_naming_the_file_and_its_
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_cuts_the_drain_short_and_exits_non_zero() {
+    let cluster = Cluster::start(true).await;
+    let mut replica = cluster.replica(&["--leader-elect=false", "--drain-delay", "60s"]);
+    replica.terminate();
+    assert!(
+        replica.logged("Shutting down: readiness off, draining webhook", SYNC_BOUND),
+        "the first signal starts the drain"
+    );
+    replica.terminate();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = replica.process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still draining after the second signal"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(1), "a forced exit is not a clean one");
+}
