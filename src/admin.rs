@@ -7,11 +7,13 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    time::Duration,
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tower::ServiceExt as _;
 
 /// What readiness depends on; each part flips as the process starts and stops.
 ///
@@ -102,16 +104,89 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
         .map_err(|source| Error::BindAdmin { addr, source })
 }
 
-/// Serves the admin routes until `shutdown` resolves.
+/// Connections the admin server holds at once: probes and scrapes need a handful; beyond this a
+/// new connection is closed at once, so the admin port can never use up the process's files.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a connection may take to send a request head, and stay idle between requests.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long answering one request may take (encoding the metrics is the slowest).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// After shutdown begins, how long open connections get before they are dropped: a half-sent
+/// request must not keep the process alive.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves the admin routes until `shutdown` resolves, then gives open connections
+/// [`SHUTDOWN_GRACE`] to finish.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(Error::ServeAdmin)
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let closing = tokio_util::sync::CancellationToken::new();
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of files or the like: the kernel keeps the backlog; try again shortly.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        connections.spawn(connection(stream, router.clone(), closing.clone(), slot));
+        // Reap finished connections as they go, so the set holds only open ones.
+        while connections.try_join_next().is_some() {}
+    }
+    closing.cancel();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// One admin connection, bounded by [`HEADER_TIMEOUT`] and [`REQUEST_TIMEOUT`].
+async fn connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    closing: tokio_util::sync::CancellationToken,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+        let response = router.clone().oneshot(request.map(axum::body::Body::new));
+        async move {
+            Ok::<_, std::convert::Infallible>(
+                match tokio::time::timeout(REQUEST_TIMEOUT, response).await {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(never)) => match never {},
+                    Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+                },
+            )
+        }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // hyper's header timer also runs while a kept-alive connection waits for its next request,
+    // so it bounds idle connections too.
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = closing.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
 }
 
 #[cfg(test)]

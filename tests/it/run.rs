@@ -504,3 +504,75 @@ async fn a_second_sigterm_cuts_the_drain_short_and_exits_non_zero() {
     };
     assert_eq!(status.code(), Some(1), "a forced exit is not a clean one");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_sent_admin_request_does_not_hold_the_exit_after_sigterm() {
+    let cluster = Cluster::start(true).await;
+    let mut replica = cluster.replica(&["--leader-elect=false", "--drain-delay", "0s"]);
+    let mut half = TcpStream::connect(replica.admin).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut half, b"GET /readyz HTTP/1.1\r\nHost: a")
+        .await
+        .unwrap();
+    replica.terminate();
+    // Well inside the admin header timeout (5 s): the shutdown grace (1 s) ends it.
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let status = loop {
+        if let Some(status) = replica.process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a half-sent request holds the exit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_admin_connections_are_capped_and_timed_out_so_probes_keep_working() {
+    use myapp_operator::admin::{HEADER_TIMEOUT, MAX_CONNECTIONS};
+    let cluster = Cluster::start(true).await;
+    let replica = cluster.replica(&["--leader-elect=false"]);
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        idle.push(TcpStream::connect(replica.admin).await.unwrap());
+    }
+    // Every slot is held: one more connection is closed without an answer.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut extra = TcpStream::connect(replica.admin).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::io::AsyncReadExt::read(&mut extra, &mut byte),
+        )
+        .await;
+        if matches!(read, Ok(Ok(0)) | Ok(Err(_))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connections beyond the cap are refused"
+        );
+    }
+    // The header timeout frees the slots; a probe gets its answer again.
+    let deadline = Instant::now() + HEADER_TIMEOUT + Duration::from_secs(10);
+    while readyz(replica.admin).await != Some(200) {
+        assert!(Instant::now() < deadline, "probes never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut closed = 0;
+    for mut stream in idle {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::io::AsyncReadExt::read(&mut stream, &mut byte),
+        )
+        .await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, MAX_CONNECTIONS, "every idle connection was closed");
+}
