@@ -132,7 +132,9 @@ pub struct WebhookArgs {
 pub struct LeaderArgs {
     /// Reconcile only while holding a Lease, so that several replicas can run (all serve the
     /// webhook). Turn off only when exactly one replica runs.
-    #[arg(long, env = "MYAPP_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    /// `--leader-elect` alone means true; `--leader-elect=false` turns it off.
+    #[arg(long, env = "MYAPP_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub leader_elect: bool,
     /// Name of the Lease.
     #[arg(long, env = "MYAPP_LEASE_NAME", default_value = "myapp-operator")]
@@ -210,6 +212,18 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn leader_elect_is_a_switch_that_also_takes_false() {
+        let elect = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(run) => run.leader.leader_elect,
+            _ => unreachable!(),
+        };
+        assert!(elect(&["myapp-operator", "run"]));
+        assert!(elect(&["myapp-operator", "run", "--leader-elect"]));
+        assert!(elect(&["myapp-operator", "run", "--leader-elect=true"]));
+        assert!(!elect(&["myapp-operator", "run", "--leader-elect=false"]));
     }
 
     #[test]

@@ -31,7 +31,13 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
             )
             .try_init(),
         LogFormat::Plain => registry
-            .with(fmt::layer().with_writer(std::io::stderr).with_target(false))
+            .with(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_target(false)
+                    // Colours only for a person at a terminal, never into a file or a collector.
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
             .try_init(),
     }
     .map_err(Error::InstallLogger)

@@ -576,3 +576,30 @@ async fn idle_admin_connections_are_capped_and_timed_out_so_probes_keep_working(
     }
     assert_eq!(closed, MAX_CONNECTIONS, "every idle connection was closed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_logs_into_a_pipe_carry_no_colour_codes() {
+    let cluster = Cluster::start(true).await;
+    let output = tokio::task::spawn_blocking({
+        let kubeconfig = cluster.kubeconfig.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+                .args([
+                    "run",
+                    "--webhook-addr",
+                    "127.0.0.1:0",
+                    "--admin-addr",
+                    "127.0.0.1:0",
+                ])
+                .args(["--log-format", "plain", "--cert-dir", "/nonexistent-certs"])
+                .env("KUBECONFIG", kubeconfig)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Admin server listening"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
