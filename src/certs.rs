@@ -27,9 +27,31 @@ pub fn service_sans(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-/// Makes a fresh CA and a serving certificate for `sans` (DNS names or IP addresses).
+/// Default life of the local CA, in days (10 years, cert-manager's order of magnitude for a CA).
+pub const CA_DAYS: u32 = 3650;
+/// Default life of the serving certificate, in days (1 year).
+pub const CERT_DAYS: u32 = 365;
+
+/// Makes a fresh CA and a serving certificate for `sans` (DNS names or IP addresses), valid
+/// from today for [`CA_DAYS`] and [`CERT_DAYS`].
 pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
+    generate_for(sans, CA_DAYS, CERT_DAYS)
+}
+
+/// [`generate`] with the validity of each certificate in days, counted from today (UTC).
+pub fn generate_for(sans: &[String], ca_days: u32, cert_days: u32) -> Result<Bundle, Error> {
+    let today = k8s_openapi::jiff::Timestamp::now()
+        .to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC)
+        .date();
+    let day = |offset: u32| {
+        let date = today
+            .checked_add(k8s_openapi::jiff::Span::new().days(i64::from(offset)))
+            .unwrap_or(today);
+        rcgen::date_time_ymd(i32::from(date.year()), date.month() as u8, date.day() as u8)
+    };
     let mut ca_params = CertificateParams::default();
+    ca_params.not_before = day(0);
+    ca_params.not_after = day(ca_days);
     ca_params.distinguished_name = DistinguishedName::new();
     ca_params
         .distinguished_name
@@ -41,6 +63,8 @@ pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(Error::GenerateCertificate)?;
 
     let mut params = CertificateParams::default();
+    params.not_before = day(0);
+    params.not_after = day(cert_days.min(ca_days));
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(
         DnType::CommonName,
@@ -72,6 +96,20 @@ pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
 }
 
 impl Bundle {
+    /// Writes the three files into `dir` as [`Bundle::write_to`] does, but refuses, naming it,
+    /// a file that exists already unless `force`: a CA in use is not replaced by accident.
+    pub fn write_new(&self, dir: &Path, force: bool) -> Result<(), Error> {
+        if !force
+            && let Some(path) = ["ca.crt", "tls.crt", "tls.key"]
+                .iter()
+                .map(|name| dir.join(name))
+                .find(|path| path.exists())
+        {
+            return Err(Error::CertificateExists(path));
+        }
+        self.write_to(dir)
+    }
+
     /// Writes `ca.crt`, `tls.crt` and `tls.key` (mode 0600) into `dir`, creating it.
     pub fn write_to(&self, dir: &Path) -> Result<(), Error> {
         let write = |name: &str, text: &str, private: bool| {

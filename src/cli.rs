@@ -37,12 +37,23 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CertsArgs {
     /// Directory to write ca.crt, tls.crt and tls.key into (created if missing).
-    #[arg(long, default_value = "certs")]
+    #[arg(long, env = "MYAPP_CERTS_OUT", default_value = "certs")]
     pub out: PathBuf,
     /// A DNS name or IP address the serving certificate is valid for. Repeatable. Defaults to
     /// the in-cluster Service names and localhost / 127.0.0.1.
-    #[arg(long = "san", default_values_t = default_sans())]
+    #[arg(long = "san", env = "MYAPP_CERTS_SANS", value_delimiter = ',', default_values_t = default_sans())]
     pub sans: Vec<String>,
+    /// Days the CA is valid, from today.
+    #[arg(long, env = "MYAPP_CERTS_CA_DAYS", default_value_t = crate::certs::CA_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ca_days: u32,
+    /// Days the serving certificate is valid, from today (at most the CA's).
+    #[arg(long, env = "MYAPP_CERTS_CERT_DAYS", default_value_t = crate::certs::CERT_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub cert_days: u32,
+    /// Replace existing files in --out.
+    #[arg(long)]
+    pub force: bool,
 }
 
 fn default_sans() -> Vec<String> {

@@ -23,6 +23,9 @@ pub enum Error {
     /// A SAN is neither a DNS name nor an IP address.
     #[error("{0:?} is not a valid DNS name or IP address for the certificate")]
     InvalidSan(String),
+    /// `certs` would overwrite a file.
+    #[error("{0} exists already; pass --force to replace it (and every client's trust in its CA)")]
+    CertificateExists(std::path::PathBuf),
     /// Writing a file failed.
     #[error("failed to write {path}: {source}")]
     WriteFile {

@@ -14,7 +14,8 @@ fn main() -> anyhow::Result<()> {
             crd::crd_yaml().context("failed to render the CRD as YAML")?
         ),
         Command::Certs(args) => {
-            myapp_operator::certs::generate(&args.sans)?.write_to(&args.out)?;
+            myapp_operator::certs::generate_for(&args.sans, args.ca_days, args.cert_days)?
+                .write_new(&args.out, args.force)?;
             println!(
                 "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for: {1}",
                 args.out.display(),

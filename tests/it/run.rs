@@ -603,3 +603,57 @@ async fn plain_logs_into_a_pipe_carry_no_colour_codes() {
     assert!(stderr.contains("Admin server listening"), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+#[test]
+fn certs_writes_a_private_key_with_the_validity_asked_and_never_overwrites_by_accident() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    let certs = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+            .args([
+                "certs",
+                "--cert-days",
+                "7",
+                "--ca-days",
+                "30",
+                "--san",
+                "localhost",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = certs(&[]);
+    assert!(first.status.success(), "{first:?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(out.join("tls.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let store = webhook::tls::CertStore::load(
+        webhook::tls::CertPaths::in_dir(&out),
+        webhook::Metrics::new(),
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let days_left = (store.not_after() - now) as f64 / 86_400.0;
+    assert!((6.0..=7.0).contains(&days_left), "{days_left} days left");
+
+    let again = certs(&[]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ca.crt exists already; pass --force"),
+        "{stderr}"
+    );
+    assert!(certs(&["--force"]).status.success());
+}
