@@ -1,5 +1,6 @@
 //! The HTTP layer, one file per verb as kube-apiserver's `endpoints/handlers` has it.
 
+mod access;
 mod context;
 mod create;
 mod delete;
