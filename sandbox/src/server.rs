@@ -7,6 +7,8 @@ mod delete;
 mod get;
 mod list;
 mod patch;
+mod protobuf;
+mod review;
 mod routes;
 mod scale;
 mod update;

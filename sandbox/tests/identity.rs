@@ -256,6 +256,56 @@ async fn without_authentication_everyone_is_the_admin_as_before() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_reviews_another_users_access_and_others_may_not() {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let (_sandbox, served, admin) = served().await;
+    let review = |verb: &str| -> SubjectAccessReview {
+        serde_json::from_value(json!({
+            "spec": {
+                "user": SA,
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:myapp-system"],
+                "resourceAttributes": {"verb": verb, "group": "apps", "resource": "deployments", "namespace": "default"},
+            },
+        }))
+        .unwrap()
+    };
+    let reviews = Api::<SubjectAccessReview>::all(admin);
+    let answered = reviews
+        .create(&PostParams::default(), &review("create"))
+        .await
+        .unwrap();
+    let status = answered.status.unwrap();
+    assert!(status.allowed);
+    assert_eq!(
+        status.reason.as_deref(),
+        Some(
+            "RBAC: allowed by ClusterRoleBinding \"myapp-operator\" of ClusterRole \"myapp-operator\" to ServiceAccount \"myapp-operator/myapp-system\""
+        )
+    );
+    let answered = reviews
+        .create(&PostParams::default(), &review("delete"))
+        .await
+        .unwrap();
+    assert!(!answered.status.unwrap().allowed);
+
+    // The ServiceAccount may review itself (system:basic-user) but not others.
+    let op = client(&served.kubeconfig_for_token("replica-0").unwrap()).await;
+    let (code, _, message) = status_of(
+        Api::<SubjectAccessReview>::all(op)
+            .create(&PostParams::default(), &review("create"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    assert_eq!(
+        message,
+        format!(
+            "subjectaccessreviews.authorization.k8s.io is forbidden: User \"{SA}\" cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_users_allowed_to_impersonate_may_act_as_another() {
     let (sandbox, served, _admin) = served().await;
     let mut kubeconfig =

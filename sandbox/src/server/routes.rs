@@ -14,7 +14,7 @@ use super::access::{self, watching};
 use super::context::{
     Ctx, FieldValidation, Inner, ResPath, json_response, media_type, not_found_path, parse_body,
 };
-use super::{create, delete, get, list, patch, scale, update, watch};
+use super::{create, delete, get, list, patch, review, scale, update, watch};
 use crate::discovery;
 use crate::faults::RequestRecord;
 use crate::rbac::Attributes;
@@ -312,6 +312,9 @@ async fn resource(
         warnings: Vec::new(),
         attrs,
     };
+    if review::is_review(&ctx.rt) {
+        return review::review(&ctx, method, headers, &body);
+    }
     let is_write = !matches!(*method, Method::GET | Method::HEAD);
     let content_type = headers
         .get(header::CONTENT_TYPE)
