@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -132,7 +132,7 @@ fn parse_query(q: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
-async fn handle(State(inner): State<Arc<Inner>>, req: axum::extract::Request) -> Response {
+async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let query = parse_query(parts.uri.query());
     let user_agent = parts
@@ -187,7 +187,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: axum::extract::Request) ->
                         Ok(()) => match axum::body::to_bytes(body, MAX_BODY).await {
                             Err(_) => Err(too_large()),
                             Ok(bytes) => {
-                                let request = Request {
+                                let request = RequestParts {
                                     method: &parts.method,
                                     headers: &parts.headers,
                                     query: &query,
@@ -225,7 +225,7 @@ fn too_large() -> ApiError {
 }
 
 /// What the verb handlers read of the HTTP request besides its path and body.
-struct Request<'a> {
+struct RequestParts<'a> {
     method: &'a Method,
     headers: &'a HeaderMap,
     query: &'a HashMap<String, String>,
@@ -256,12 +256,12 @@ fn non_resource(inner: &Arc<Inner>, method: &Method, route: Route) -> Result<Res
 
 async fn resource(
     inner: &Arc<Inner>,
-    request: Request<'_>,
+    request: RequestParts<'_>,
     path: ResPath,
     attrs: Attributes,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Request {
+    let RequestParts {
         method,
         headers,
         query,
