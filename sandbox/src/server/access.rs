@@ -79,14 +79,8 @@ pub(super) fn identify(inner: &Inner, headers: &HeaderMap) -> Result<Identity, A
             );
         }
     }
-    if !actor.is_privileged() {
-        let policy = policy(inner);
-        for check in &checks {
-            let decision = policy.authorize(check);
-            if !decision.allowed {
-                return Err(rbac::forbidden(check, &decision.reason));
-            }
-        }
+    for check in &checks {
+        authorize(inner, check)?;
     }
     Ok(Identity {
         user: imp.user(),
@@ -94,17 +88,21 @@ pub(super) fn identify(inner: &Inner, headers: &HeaderMap) -> Result<Identity, A
     })
 }
 
-/// Whether `attrs` is allowed; the 403 if not. `system:masters` (and everyone when
-/// authentication is off) skips the policy.
-pub(super) fn authorize(inner: &Inner, attrs: &Attributes) -> Result<(), ApiError> {
+/// Why `attrs` is denied (RBAC's reason, often empty), or None when it is allowed.
+/// `system:masters` (and everyone when authentication is off) skips the policy.
+fn denial(inner: &Inner, attrs: &Attributes) -> Option<String> {
     if attrs.user.is_privileged() {
-        return Ok(());
+        return None;
     }
     let decision = policy(inner).authorize(attrs);
-    if decision.allowed {
-        Ok(())
-    } else {
-        Err(rbac::forbidden(attrs, &decision.reason))
+    (!decision.allowed).then_some(decision.reason)
+}
+
+/// Whether `attrs` is allowed; the 403 if not.
+pub(super) fn authorize(inner: &Inner, attrs: &Attributes) -> Result<(), ApiError> {
+    match denial(inner, attrs) {
+        None => Ok(()),
+        Some(reason) => Err(rbac::forbidden(attrs, &reason)),
     }
 }
 
@@ -114,14 +112,9 @@ pub(super) fn authorize(inner: &Inner, attrs: &Attributes) -> Result<(), ApiErro
 /// validation in `withAuthorization`, `handlers/rest.go`).
 pub(super) fn authorize_create_on_apply(inner: &Inner, attrs: &Attributes) -> Result<(), ApiError> {
     let create = attrs.with_verb("create");
-    if create.user.is_privileged() {
-        return Ok(());
-    }
-    let decision = policy(inner).authorize(&create);
-    if decision.allowed {
-        Ok(())
-    } else {
-        Err(rbac::forbidden_status(&create, decision.reason))
+    match denial(inner, &create) {
+        None => Ok(()),
+        Some(reason) => Err(rbac::forbidden_status(&create, reason)),
     }
 }
 
