@@ -111,15 +111,17 @@ impl Environment {
             .deployment_controller(options.rollout_delay.is_some())
             .rollout_delay(options.rollout_delay.unwrap_or_default())
             .webhook_service(service, webhook.local_addr())
+            // As a cluster is reached: HTTPS with a CA, and a token (the admin's, in the
+            // kubeconfig), so RBAC objects applied in dev are enforced for other users.
+            .authentication()
             .build();
-        let served =
-            sandbox
-                .serve(options.api_addr)
-                .await
-                .map_err(|source| Error::StartSandbox {
-                    addr: options.api_addr,
-                    source,
-                })?;
+        let served = sandbox
+            .serve_tls(options.api_addr)
+            .await
+            .map_err(|source| Error::StartSandbox {
+                addr: options.api_addr,
+                source,
+            })?;
 
         let kubeconfig_path =
             std::path::absolute(options.state_dir.join("kubeconfig")).map_err(|source| {
@@ -323,6 +325,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
     ));
 
     println!("export KUBECONFIG={}", env.kubeconfig_path.display());
+    println!("api: https://{}", env.api_addr());
     println!("webhook: https://{}", env.webhook_addr());
     println!("admin: http://{admin_addr}");
     println!();

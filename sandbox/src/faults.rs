@@ -28,6 +28,12 @@ pub struct RequestRecord {
     pub field_manager: Option<String>,
     /// The `User-Agent` header, if any: tells one client's requests from another's.
     pub user_agent: Option<String>,
+    /// The authenticated username (the impersonated one, if any); None when authentication is
+    /// off.
+    pub user: Option<String>,
+    /// The id of the bearer token that authenticated the request (one per replica for a
+    /// ServiceAccount's bound tokens); None when authentication is off.
+    pub token_id: Option<String>,
     /// HTTP status code of the answer (200 for a watch that started streaming).
     pub status: u16,
 }

@@ -12,6 +12,8 @@
 
 /// The admission webhook call chain over HTTPS (mutating, then validating).
 pub mod admission;
+/// Users, bearer tokens and impersonation: who a request is from.
+pub mod authn;
 /// The API server's defaults for Deployments, Services and pod templates; cluster IPs.
 pub mod defaults;
 /// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.
@@ -20,6 +22,8 @@ mod discovery;
 pub mod faults;
 /// JSON merge patch, JSON patch, and the server-side apply model.
 pub mod patch;
+/// The RBAC authorizer: Roles, ClusterRoles, their bindings, and the default roles.
+pub mod rbac;
 /// Served resource types: built-ins and CRD-registered kinds.
 pub mod registry;
 /// The simulated Deployment controller.
@@ -43,7 +47,10 @@ pub mod table;
 /// Test support for every crate's tests: kubectl, child processes, polling (feature `testing`).
 #[cfg(feature = "testing")]
 pub mod testing;
+/// HTTPS serving with a CA generated at start.
+mod tls;
 
+pub use authn::{Identity, UserInfo};
 pub use faults::{FaultHandle, RequestRecord, WriteFault};
 pub use rollout::RolloutHandle;
 pub use sandbox::{Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};

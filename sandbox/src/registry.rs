@@ -142,6 +142,10 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: &[], categories: &[], status: false, generation: false },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: &[], categories: &[], status: false, generation: false },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: &[], categories: &[], status: false, generation: false },
+    // Reviews: answered by the authorizer and the authenticator, never stored (server/review.rs).
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", namespaced: false, short: &[], categories: &[], status: false, generation: false },
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "SelfSubjectReview", plural: "selfsubjectreviews", namespaced: false, short: &[], categories: &[], status: false, generation: false },
 ];
 
 /// Every served resource, keyed by (group, version, plural).

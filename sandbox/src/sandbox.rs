@@ -8,9 +8,10 @@ use axum::Router;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::authn::{self, UserInfo};
 use crate::faults::{self, FaultHandle};
 use crate::rollout::{self, RolloutHandle};
-use crate::{admission, server, store};
+use crate::{admission, server, store, tls};
 
 /// Errors of the sandbox's own operations (API errors are answered as `Status`, not raised).
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,12 @@ pub enum Error {
     /// The server task ended abnormally.
     #[error("failed to join the sandbox server task: {0}")]
     Join(#[source] tokio::task::JoinError),
+    /// Generating the serving CA or certificate failed.
+    #[error("failed to generate the sandbox serving certificate: {0}")]
+    GenerateCertificate(#[source] rcgen::Error),
+    /// Building the TLS configuration from the generated certificate failed.
+    #[error("failed to configure TLS for the sandbox: {0}")]
+    ConfigureTls(#[source] rustls::Error),
 }
 
 /// Options fixed when the sandbox is built.
@@ -38,6 +45,7 @@ pub struct SandboxBuilder {
     deployment_controller: bool,
     rollout_delay: Duration,
     admission: admission::AdmissionChain,
+    tokens: authn::Tokens,
 }
 
 impl Default for SandboxBuilder {
@@ -49,6 +57,7 @@ impl Default for SandboxBuilder {
             deployment_controller: true,
             rollout_delay: Duration::from_millis(200),
             admission: admission::AdmissionChain::new(),
+            tokens: authn::Tokens::default(),
         }
     }
 }
@@ -91,6 +100,28 @@ impl SandboxBuilder {
         self
     }
 
+    /// Turns bearer-token authentication and RBAC authorization on: a request needs a
+    /// registered token (else 401), and a user outside `system:masters` needs a Role or
+    /// ClusterRole bound to it (else 403). The kubeconfigs then carry the admin token
+    /// ([`authn::ADMIN_TOKEN_ID`]). Registering any token turns it on too.
+    pub fn authentication(mut self) -> Self {
+        self.tokens.enable();
+        self
+    }
+
+    /// Registers a bearer token, named `id` in the request log, that authenticates as `user`
+    /// (`system:authenticated` is added). Read its secret with [`Sandbox::token`].
+    pub fn token(mut self, id: &str, user: UserInfo) -> Self {
+        self.tokens.register(id, user);
+        self
+    }
+
+    /// Registers a ServiceAccount token, as a pod's bound token: several ids may stand for one
+    /// ServiceAccount (one per replica), each with its own `credential-id` extra.
+    pub fn service_account_token(self, id: &str, namespace: &str, name: &str) -> Self {
+        self.token(id, UserInfo::service_account(namespace, name))
+    }
+
     /// Builds the sandbox.
     pub fn build(self) -> Sandbox {
         let store = store::Store::new(self.log_capacity);
@@ -112,6 +143,7 @@ impl SandboxBuilder {
             rollout: rollout::Rollouts::new(self.deployment_controller, self.rollout_delay),
             admission: self.admission,
             served: Mutex::new(None),
+            tokens: self.tokens,
         };
         Sandbox {
             inner: Arc::new(inner),
@@ -150,11 +182,8 @@ impl Sandbox {
 
     /// Serves over plain HTTP on `addr` (use port 0 for a free one).
     pub async fn serve(&self, addr: SocketAddr) -> Result<Served, Error> {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(Error::Bind)?;
+        let listener = bind(addr).await?;
         let addr = listener.local_addr().map_err(Error::LocalAddr)?;
-        *self.inner.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = self.router();
         let task = tokio::spawn(async move {
@@ -166,18 +195,67 @@ impl Sandbox {
                 .map_err(Error::Serve)
         });
         tracing::info!(%addr, "Sandbox serving");
-        Ok(Served {
-            addr,
-            faults: self.faults(),
-            stop: Some(stop_tx),
-            task: Some(task),
-        })
+        Ok(self.served(addr, None, stop_tx, task))
     }
 
-    /// A kubeconfig for the address last passed to [`Sandbox::serve`], if it serves.
+    /// Serves over HTTPS on `addr`, with a CA generated now and a certificate valid for
+    /// `localhost`, 127.0.0.1, ::1 and the bound address; the kubeconfigs trust that CA.
+    pub async fn serve_tls(&self, addr: SocketAddr) -> Result<Served, Error> {
+        let listener = bind(addr).await?;
+        let addr = listener.local_addr().map_err(Error::LocalAddr)?;
+        let cert = tls::generate(addr).map_err(Error::GenerateCertificate)?;
+        let acceptor = cert.acceptor().map_err(Error::ConfigureTls)?;
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let app = self.router();
+        let task = tokio::spawn(async move {
+            tls::serve(listener, acceptor, app, stop_rx).await;
+            Ok(())
+        });
+        tracing::info!(%addr, "Sandbox serving HTTPS");
+        Ok(self.served(addr, Some(cert.ca_pem), stop_tx, task))
+    }
+
+    fn served(
+        &self,
+        addr: SocketAddr,
+        ca_pem: Option<String>,
+        stop: oneshot::Sender<()>,
+        task: JoinHandle<Result<(), Error>>,
+    ) -> Served {
+        *self.inner.served.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, ca_pem.clone()));
+        Served {
+            addr,
+            ca_pem,
+            sandbox: self.clone(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// A kubeconfig for the address last served (see [`Served::kubeconfig`]), if it serves.
     pub fn kubeconfig(&self) -> Option<String> {
-        let addr = (*self.inner.served.lock().unwrap_or_else(|p| p.into_inner()))?;
-        Some(kubeconfig_for(addr))
+        let (addr, ca) = self
+            .inner
+            .served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        Some(self.kubeconfig_with(addr, ca.as_deref(), authn::ADMIN_TOKEN_ID))
+    }
+
+    /// The secret of the token registered as `id` (the admin's is [`authn::ADMIN_TOKEN_ID`]),
+    /// or None when no such token is registered.
+    pub fn token(&self, id: &str) -> Option<String> {
+        self.inner.tokens.secret(id)
+    }
+
+    fn kubeconfig_with(&self, addr: SocketAddr, ca_pem: Option<&str>, id: &str) -> String {
+        let token = if self.inner.tokens.enabled() {
+            self.token(id).unwrap_or_default()
+        } else {
+            "sandbox".to_string()
+        };
+        render_kubeconfig(addr, ca_pem, &token)
     }
 
     /// The fault-injection and request-log handle.
@@ -206,17 +284,37 @@ impl Sandbox {
     }
 }
 
-/// A kubeconfig (YAML) pointing at a sandbox served on `addr`, context `sandbox`, namespace default.
+/// A kubeconfig (YAML) pointing at a sandbox served over plain HTTP on `addr`, context
+/// `sandbox`, namespace default (its token is only accepted while authentication is off).
 pub fn kubeconfig_for(addr: SocketAddr) -> String {
+    render_kubeconfig(addr, None, "sandbox")
+}
+
+fn render_kubeconfig(addr: SocketAddr, ca_pem: Option<&str>, token: &str) -> String {
+    use base64::Engine as _;
+    let cluster = match ca_pem {
+        Some(ca) => format!(
+            "    server: https://{addr}\n    certificate-authority-data: {}\n",
+            base64::engine::general_purpose::STANDARD.encode(ca)
+        ),
+        None => format!("    server: http://{addr}\n"),
+    };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: sandbox\n  cluster:\n    server: http://{addr}\nusers:\n- name: sandbox\n  user:\n    token: sandbox\ncontexts:\n- name: sandbox\n  context:\n    cluster: sandbox\n    user: sandbox\n    namespace: default\ncurrent-context: sandbox\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: sandbox\n  cluster:\n{cluster}users:\n- name: sandbox\n  user:\n    token: {token}\ncontexts:\n- name: sandbox\n  context:\n    cluster: sandbox\n    user: sandbox\n    namespace: default\ncurrent-context: sandbox\n"
     )
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(Error::Bind)
 }
 
 /// A sandbox serving on a socket. Dropping it stops the server.
 pub struct Served {
     addr: SocketAddr,
-    faults: FaultHandle,
+    ca_pem: Option<String>,
+    sandbox: Sandbox,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), Error>>>,
 }
@@ -227,9 +325,25 @@ impl Served {
         self.addr
     }
 
-    /// A kubeconfig pointing at this server.
+    /// The CA (PEM) the HTTPS certificate chains to; None over plain HTTP.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// A kubeconfig pointing at this server: `https://` with `certificate-authority-data` when
+    /// served with TLS, and the admin token when authentication is on.
     pub fn kubeconfig(&self) -> String {
-        kubeconfig_for(self.addr)
+        self.sandbox
+            .kubeconfig_with(self.addr, self.ca_pem.as_deref(), authn::ADMIN_TOKEN_ID)
+    }
+
+    /// A kubeconfig that authenticates with the token registered as `id`, if there is one.
+    pub fn kubeconfig_for_token(&self, id: &str) -> Option<String> {
+        self.sandbox.token(id)?;
+        Some(
+            self.sandbox
+                .kubeconfig_with(self.addr, self.ca_pem.as_deref(), id),
+        )
     }
 
     /// Stops accepting connections, ends open watches, and waits for requests in flight.
@@ -238,7 +352,7 @@ impl Served {
             let _ = stop.send(());
         }
         // Watches would otherwise keep the graceful shutdown waiting for their timeout.
-        self.faults.close_watches();
+        self.sandbox.faults().close_watches();
         match self.task.take() {
             Some(task) => task.await.map_err(Error::Join)?,
             None => Ok(()),

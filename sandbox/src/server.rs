@@ -1,11 +1,14 @@
 //! The HTTP layer, one file per verb as kube-apiserver's `endpoints/handlers` has it.
 
+mod access;
 mod context;
 mod create;
 mod delete;
 mod get;
 mod list;
 mod patch;
+mod protobuf;
+mod review;
 mod routes;
 mod scale;
 mod update;

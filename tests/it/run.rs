@@ -1,6 +1,8 @@
 //! `myapp-operator run` as a child process, the way a cluster runs it: readiness with and
 //! without the lease, with and without the CRD, across a lease hand-off, and SIGTERM while
-//! webhook requests stream in.
+//! webhook requests stream in. Each replica reaches the API server over HTTPS with its own
+//! bound token of the operator's ServiceAccount, under `deploy/rbac.yaml` enforced: a
+//! permission the operator lacks fails these tests as it would fail a cluster.
 
 use std::{
     net::SocketAddr,
@@ -8,7 +10,7 @@ use std::{
     process::{Command, Stdio},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc::Receiver,
     },
     time::{Duration, Instant},
@@ -213,38 +215,68 @@ async fn gauge(admin: SocketAddr, name: &str) -> Option<i64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// An in-memory API server on loopback, as the replicas' "cluster": a kubeconfig for it, and
-/// the webhook's serving certificate where cert-manager would have put it.
+/// How many replicas a test may start: each has its own token.
+const REPLICA_TOKENS: usize = 4;
+
+/// An in-memory API server on loopback over HTTPS, as the replicas' "cluster", with
+/// `deploy/rbac.yaml` applied and enforced, and the webhook's serving certificate where
+/// cert-manager would have put it.
 struct Cluster {
     sandbox: kube_sandbox::Sandbox,
     served: kube_sandbox::Served,
-    kubeconfig: PathBuf,
+    /// The admin's client (system:masters), for what the test itself does.
+    admin: kube::Client,
     certs: PathBuf,
     bundle: myapp_operator::certs::Bundle,
-    _dir: tempfile::TempDir,
+    started: AtomicUsize,
+    dir: tempfile::TempDir,
 }
 
 impl Cluster {
+    /// A kubeconfig with the admin's token, for a process the test starts by hand.
+    fn admin_kubeconfig(&self) -> PathBuf {
+        let path = self.dir.path().join("kubeconfig-admin");
+        std::fs::write(&path, self.served.kubeconfig()).unwrap();
+        path
+    }
+
     async fn start(with_crd: bool) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        // The Lease's namespace, as `deploy/` creates it.
-        let sandbox = kube_sandbox::Sandbox::builder()
-            .namespace("myapp-system")
-            .build();
-        let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, served.kubeconfig()).unwrap();
+        // The Lease's namespace, as `deploy/` creates it; one bound token per replica.
+        let mut builder = kube_sandbox::Sandbox::builder().namespace("myapp-system");
+        for i in 0..REPLICA_TOKENS {
+            builder = builder.service_account_token(
+                &format!("replica-{i}"),
+                "myapp-system",
+                "myapp-operator",
+            );
+        }
+        let sandbox = builder.build();
+        let served = sandbox
+            .serve_tls("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let admin = {
+            let kubeconfig = kube::config::Kubeconfig::from_yaml(&served.kubeconfig()).unwrap();
+            let options = kube::config::KubeConfigOptions::default();
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .unwrap();
+            kube::Client::try_from(config).unwrap()
+        };
+        apply_rbac(&admin).await;
         let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
         let certs = dir.path().join("certs");
         bundle.write_to(&certs).unwrap();
         let cluster = Self {
             sandbox,
             served,
-            kubeconfig,
+            admin,
             certs,
             bundle,
-            _dir: dir,
+            started: AtomicUsize::new(0),
+            dir,
         };
         if with_crd {
             cluster.install_crd().await;
@@ -253,7 +285,23 @@ impl Cluster {
     }
 
     fn client(&self) -> kube::Client {
-        kube::Client::new(self.sandbox.router(), "default")
+        self.admin.clone()
+    }
+
+    /// Every request a replica's token made and the API server refused (401 or 403).
+    fn refused_replica_requests(&self) -> Vec<String> {
+        self.sandbox
+            .faults()
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.token_id
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with("replica-"))
+            })
+            .filter(|r| matches!(r.status, 401 | 403))
+            .map(|r| format!("{} {} -> {} ({:?})", r.verb, r.path, r.status, r.token_id))
+            .collect()
     }
 
     async fn install_crd(&self) {
@@ -283,8 +331,17 @@ impl Cluster {
             .await;
     }
 
-    /// Starts `myapp-operator run` with `args` and waits until its webhook serves.
+    /// Starts `myapp-operator run` with `args`, as the next replica with its own token, and
+    /// waits until its webhook serves.
     fn replica(&self, args: &[&str]) -> Replica {
+        let n = self.started.fetch_add(1, Ordering::SeqCst);
+        let kubeconfig = self.dir.path().join(format!("kubeconfig-{n}"));
+        let token = format!("replica-{n}");
+        let text = self
+            .served
+            .kubeconfig_for_token(&token)
+            .unwrap_or_else(|| panic!("no token {token}: raise REPLICA_TOKENS"));
+        std::fs::write(&kubeconfig, text).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
             .args([
                 "run",
@@ -297,7 +354,7 @@ impl Cluster {
             .args(args)
             .arg("--cert-dir")
             .arg(&self.certs)
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -352,6 +409,33 @@ impl Replica {
     }
 }
 
+/// Applies `deploy/rbac.yaml` (ServiceAccount, ClusterRole, Role and their bindings) as the
+/// admin, as `kubectl apply -k deploy/` would.
+async fn apply_rbac(admin: &kube::Client) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    for doc in docs {
+        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (
+                String::new(),
+                doc["apiVersion"].as_str().unwrap().to_owned(),
+            ),
+        };
+        let kind = doc["kind"].as_str().unwrap();
+        let gvk = GroupVersionKind::gvk(&group, &version, kind);
+        let resource = ApiResource::from_gvk(&gvk);
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
+            None => Api::all_with(admin.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &obj).await.unwrap();
+    }
+}
+
 const READY_BOUND: Duration = Duration::from_secs(2);
 const SYNC_BOUND: Duration = Duration::from_secs(60);
 
@@ -381,6 +465,7 @@ async fn every_replica_is_ready_within_two_seconds_of_serving_with_0_1_and_1000_
         println!("{apps} MyApps: follower ready {ready:?} after its webhook served");
         assert_eq!(gauge(follower.admin, "myapp_leader").await, Some(0));
         assert_eq!(gauge(follower.admin, "myapp_caches_synced").await, Some(0));
+        assert_eq!(cluster.refused_replica_requests(), Vec::<String>::new());
     }
 }
 
@@ -400,6 +485,7 @@ async fn a_replica_without_the_crd_is_ready_and_syncs_once_the_crd_is_installed(
     );
     assert_eq!(readyz(replica.admin).await, Some(200));
     assert_eq!(gauge(replica.admin, "myapp_caches_synced").await, Some(1));
+    assert_eq!(cluster.refused_replica_requests(), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -432,6 +518,20 @@ async fn readiness_stays_up_across_a_lease_hand_off() {
         "{unready} of {probes} probes failed during the hand-off"
     );
     assert_eq!(gauge(second.admin, "myapp_leader").await, Some(1));
+    assert_eq!(cluster.refused_replica_requests(), Vec::<String>::new());
+    // The request log tells the replicas apart by their tokens: both renewed the Lease.
+    let lease_writers: std::collections::BTreeSet<String> = cluster
+        .sandbox
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource.as_deref() == Some("leases") && r.verb == "update")
+        .filter_map(|r| r.token_id)
+        .collect();
+    assert_eq!(
+        lease_writers,
+        ["replica-0", "replica-1"].map(String::from).into()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -455,7 +555,7 @@ async fn an_expired_serving_certificate_stops_the_start_naming_the_file_and_its_
             ])
             .arg("--cert-dir")
             .arg(&cluster.certs)
-            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("KUBECONFIG", cluster.admin_kubeconfig())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -581,7 +681,7 @@ async fn idle_admin_connections_are_capped_and_timed_out_so_probes_keep_working(
 async fn plain_logs_into_a_pipe_carry_no_colour_codes() {
     let cluster = Cluster::start(true).await;
     let output = tokio::task::spawn_blocking({
-        let kubeconfig = cluster.kubeconfig.clone();
+        let kubeconfig = cluster.admin_kubeconfig();
         move || {
             Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
                 .args([

@@ -9,7 +9,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::admission::AdmissionChain;
+use crate::authn::Tokens;
 use crate::faults::Faults;
+use crate::rbac::Attributes;
 use crate::registry::ResourceType;
 use crate::rollout::Rollouts;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -24,8 +26,11 @@ pub(crate) struct Inner {
     pub(crate) server_minor: u32,
     pub(crate) rollout: Arc<Rollouts>,
     pub(crate) admission: AdmissionChain,
-    /// The address [`crate::Sandbox::serve`] bound, for its kubeconfig.
-    pub(crate) served: Mutex<Option<SocketAddr>>,
+    /// The address [`crate::Sandbox::serve`] bound and, over HTTPS, the CA (PEM) that signed
+    /// its certificate, for its kubeconfig.
+    pub(crate) served: Mutex<Option<(SocketAddr, Option<String>)>>,
+    /// The bearer tokens it accepts (authentication off when none are configured).
+    pub(crate) tokens: Tokens,
 }
 
 /// A resource URL, parsed.
@@ -84,6 +89,9 @@ pub(super) struct Ctx {
     pub(super) patch: bool,
     pub(super) field_validation: FieldValidation,
     pub(super) warnings: Vec<String>,
+    /// Who asks and what, as authorized (admission's `userInfo`, the create check of an
+    /// apply that creates).
+    pub(super) attrs: Attributes,
 }
 
 impl Ctx {

@@ -3,6 +3,7 @@
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
+use super::access;
 use super::context::{Ctx, read_current};
 use super::create::create;
 use super::update::{Commit, WRITE_RETRIES, commit_checked, merge_server_fields};
@@ -79,6 +80,7 @@ pub(super) async fn patch_object(
     for _ in 0..WRITE_RETRIES {
         let Some(old) = read_current(ctx) else {
             if kind == PatchKind::Apply && ctx.path.sub.is_none() {
+                access::authorize_create_on_apply(&ctx.inner, &ctx.attrs)?;
                 let created = match create(ctx, patch_doc.clone()).await {
                     // Created by another writer since it was read: apply to that object, as
                     // the API server's storage retries an update that loses a create race.

@@ -10,12 +10,14 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::access::{self, watching};
 use super::context::{
     Ctx, FieldValidation, Inner, ResPath, json_response, media_type, not_found_path, parse_body,
 };
-use super::{create, delete, get, list, patch, scale, update, watch};
+use super::{create, delete, get, list, patch, review, scale, update, watch};
 use crate::discovery;
 use crate::faults::RequestRecord;
+use crate::rbac::Attributes;
 use crate::status::ApiError;
 
 /// The API server accepts request bodies up to 3 MiB.
@@ -155,26 +157,55 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         name: None,
         field_manager: query.get("fieldManager").cloned(),
         user_agent,
+        user: None,
+        token_id: None,
         status: 0,
     };
-    let response = match axum::body::to_bytes(body, MAX_BODY).await {
-        Err(_) => ApiError::new(
-            413,
-            "RequestEntityTooLarge",
-            "the request body is too large (limit 3 MiB)",
-        )
-        .into_response(),
-        Ok(bytes) => {
+    // Authentication, impersonation and authorization come before the handler reads the
+    // body, as kube-apiserver's filter chain runs them.
+    let identity = access::identify(&inner, &parts.headers);
+    if let Ok(identity) = &identity
+        && inner.tokens.enabled()
+    {
+        record.user = Some(identity.user.username.clone());
+        record.token_id = identity.token_id.clone();
+    }
+    let response = match identity {
+        Err(e) => e.into_response(),
+        Ok(identity) => {
             let out = match route {
                 Route::Resource(path) => {
                     record.resource = Some(path.plural.clone());
                     record.subresource = path.sub.clone();
                     record.namespace = path.namespace.clone();
                     record.name = path.name.clone();
-                    record.verb = verb(&parts.method, &path, &query).to_string();
-                    resource(&inner, &parts.method, &parts.headers, path, &query, bytes).await
+                    let attrs =
+                        access::resource_attributes(identity.user, &parts.method, &path, &query);
+                    record.verb = attrs.verb.clone();
+                    match access::authorize(&inner, &attrs) {
+                        Err(e) => Err(e),
+                        Ok(()) => match axum::body::to_bytes(body, MAX_BODY).await {
+                            Err(_) => Err(too_large()),
+                            Ok(bytes) => {
+                                let request = RequestParts {
+                                    method: &parts.method,
+                                    headers: &parts.headers,
+                                    query: &query,
+                                };
+                                resource(&inner, request, path, attrs, bytes).await
+                            }
+                        },
+                    }
                 }
-                other => non_resource(&inner, &parts.method, other),
+                other => {
+                    let attrs = Attributes::non_resource(
+                        identity.user,
+                        &parts.method.as_str().to_lowercase(),
+                        parts.uri.path(),
+                    );
+                    access::authorize(&inner, &attrs)
+                        .and_then(|()| non_resource(&inner, &parts.method, other))
+                }
             };
             out.unwrap_or_else(IntoResponse::into_response)
         }
@@ -185,23 +216,19 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     response
 }
 
-/// Whether a GET asks for a watch stream rather than a list.
-fn watching(query: &HashMap<String, String>) -> bool {
-    query.get("watch").is_some_and(|w| w == "true" || w == "1")
+fn too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "RequestEntityTooLarge",
+        "the request body is too large (limit 3 MiB)",
+    )
 }
 
-fn verb(method: &Method, path: &ResPath, query: &HashMap<String, String>) -> &'static str {
-    match (method.as_str(), path.name.is_some()) {
-        ("GET", false) if watching(query) => "watch",
-        ("GET", false) => "list",
-        ("GET", true) => "get",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", false) => "deletecollection",
-        ("DELETE", true) => "delete",
-        _ => "unknown",
-    }
+/// What the verb handlers read of the HTTP request besides its path and body.
+struct RequestParts<'a> {
+    method: &'a Method,
+    headers: &'a HeaderMap,
+    query: &'a HashMap<String, String>,
 }
 
 fn non_resource(inner: &Arc<Inner>, method: &Method, route: Route) -> Result<Response, ApiError> {
@@ -229,12 +256,16 @@ fn non_resource(inner: &Arc<Inner>, method: &Method, route: Route) -> Result<Res
 
 async fn resource(
     inner: &Arc<Inner>,
-    method: &Method,
-    headers: &HeaderMap,
+    request: RequestParts<'_>,
     path: ResPath,
-    query: &HashMap<String, String>,
+    attrs: Attributes,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let RequestParts {
+        method,
+        headers,
+        query,
+    } = request;
     let rt = inner
         .store
         .lock()
@@ -279,7 +310,11 @@ async fn resource(
         patch: *method == Method::PATCH,
         field_validation,
         warnings: Vec::new(),
+        attrs,
     };
+    if review::is_review(&ctx.rt) {
+        return review::review(&ctx, method, headers, &body);
+    }
     let is_write = !matches!(*method, Method::GET | Method::HEAD);
     let content_type = headers
         .get(header::CONTENT_TYPE)

@@ -5,7 +5,6 @@
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
@@ -244,11 +243,8 @@ pub(super) fn admission_attributes(
     attributes.object = object;
     attributes.old_object = old_object;
     attributes.dry_run = ctx.dry_run;
-    attributes.user_info = UserInfo {
-        username: Some("sandbox-admin".into()),
-        groups: Some(vec!["system:masters".into(), "system:authenticated".into()]),
-        ..UserInfo::default()
-    };
+    // The requester, as the real server sends it (the admin when authentication is off).
+    attributes.user_info = ctx.attrs.user.to_api();
     let options_kind = match operation {
         Operation::Create => "CreateOptions",
         Operation::Delete => "DeleteOptions",

@@ -3,7 +3,10 @@
 
 mod admission;
 mod faults;
+mod identity;
 mod kube_client;
 mod kubectl;
+mod kubectl_auth;
+mod rbac;
 mod support;
 mod webhooks;
