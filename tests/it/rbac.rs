@@ -1,7 +1,9 @@
 //! `deploy/rbac.yaml` grants exactly what the operator uses: the operator runs through a whole
 //! life cycle on the sandbox (leader election on, Events, every kind of write), and the
 //! (apiGroup, resource, verb) set of its requests in the sandbox's request log must equal the
-//! rules of the ClusterRole and the leader-election Role.
+//! rules of the ClusterRole and the leader-election Role. And enforced, not only recorded: the
+//! operator runs as its ServiceAccount under `deploy/rbac.yaml` with zero 403s, and without any
+//! one of its permissions it meets the 403 that proves why that permission is there.
 //!
 //! The operator's client sends its own `User-Agent`, and the sandbox records it: that is how the
 //! operator's requests are told from the test's own (which go through a second client with
@@ -251,4 +253,146 @@ fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
         extra.is_empty(),
         "rbac.yaml grants permissions the operator never used: {extra:?}"
     );
+}
+
+/// `deploy/rbac.yaml` without one verb of one rule (the rule goes when no verb is left).
+fn rbac_documents_without(removed: &Permission) -> Vec<Value> {
+    let mut documents = crate::support::install::rbac_documents();
+    for doc in &mut documents {
+        if !matches!(doc["kind"].as_str(), Some("ClusterRole" | "Role")) {
+            continue;
+        }
+        let rules = doc["rules"].as_array_mut().unwrap();
+        for rule in rules.iter_mut() {
+            let names = |field: &str| -> Vec<String> {
+                rule[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            if names("apiGroups").contains(&removed.0) && names("resources").contains(&removed.1) {
+                let verbs = rule["verbs"].as_array_mut().unwrap();
+                verbs.retain(|v| v.as_str() != Some(removed.2.as_str()));
+            }
+        }
+        rules.retain(|rule| !rule["verbs"].as_array().unwrap().is_empty());
+    }
+    documents
+}
+
+/// What one life cycle under `documents` showed: the operator's refused requests, and
+/// whether its MyApp got to Running.
+struct Outcome {
+    refused: Vec<RequestRecord>,
+    running: bool,
+}
+
+/// Runs the operator as its ServiceAccount (a bound token, over HTTPS, RBAC enforced) under
+/// `documents`, creates a MyApp and watches until `done` says so (given the operator's requests
+/// so far and whether the MyApp runs) or 20 s have passed.
+async fn life_cycle_under(
+    documents: Vec<Value>,
+    done: impl Fn(&[RequestRecord], bool) -> bool,
+) -> Outcome {
+    use crate::support::install::{apply, client_for};
+    let sandbox = kube_sandbox::Sandbox::builder()
+        .namespace("myapp-system")
+        .service_account_token("operator", "myapp-system", "myapp-operator")
+        .build();
+    let served = sandbox
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let admin = client_for(&served.kubeconfig()).await;
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(admin.clone())
+        .create(&PostParams::default(), &<MyApp as kube::CustomResourceExt>::crd())
+        .await
+        .unwrap();
+    apply(&admin, documents).await;
+    let operator = Operator::start(
+        client_for(&served.kubeconfig_for_token("operator").unwrap()).await,
+        "rbac",
+        true,
+        Duration::from_secs(300),
+    );
+    let apps = Api::<MyApp>::namespaced(admin, NS);
+    apps.create(&PostParams::default(), &MyApp::test("web"))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let outcome = loop {
+        let requests: Vec<RequestRecord> = sandbox
+            .faults()
+            .requests()
+            .into_iter()
+            .filter(|r| r.token_id.as_deref() == Some("operator"))
+            .collect();
+        let running =
+            apps.get("web").await.ok().and_then(|a| a.status?.phase) == Some(Phase::Running);
+        if done(&requests, running) || tokio::time::Instant::now() > deadline {
+            let refused = requests.into_iter().filter(|r| r.status == 403).collect();
+            break Outcome { refused, running };
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    operator.stop().await;
+    outcome
+}
+
+/// The permissions a refused request was checked for (an apply that would create checks
+/// `create` too).
+fn refused_permissions(record: &RequestRecord) -> Vec<Permission> {
+    let mut checked = checked_permissions(record);
+    if record.verb == "patch" {
+        let (group, resource, _) = checked[0].clone();
+        checked.push((group, resource, "create".into()));
+    }
+    checked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_in_rbac_yaml_is_needed_removing_it_draws_its_403() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Complete: the life cycle runs with no refusal, up to the leader's first Lease renewal
+    // (an update, within its 2 s retry period). Then any 403 below comes from the removal.
+    let baseline = life_cycle_under(
+        crate::support::install::rbac_documents(),
+        |requests, running| {
+            running
+                && requests.iter().any(|r| {
+                    r.verb == "update" && r.resource.as_deref() == Some("leases") && r.status == 200
+                })
+        },
+    )
+    .await;
+    assert!(baseline.running, "the operator converges under rbac.yaml");
+    assert!(baseline.refused.is_empty(), "{:#?}", baseline.refused);
+
+    let mut report = Vec::new();
+    for removed in rbac_yaml_permissions() {
+        let wanted = removed.clone();
+        let outcome = life_cycle_under(rbac_documents_without(&removed), move |requests, _| {
+            requests
+                .iter()
+                .any(|r| r.status == 403 && refused_permissions(r).contains(&wanted))
+        })
+        .await;
+        let proof = outcome
+            .refused
+            .iter()
+            .find(|r| refused_permissions(r).contains(&removed));
+        let Some(proof) = proof else {
+            panic!(
+                "without {removed:?} the operator met no 403 for it (running: {}, refused: {:?})",
+                outcome.running, outcome.refused
+            );
+        };
+        report.push(format!(
+            "{:>14} {:<20} {:<7} -> 403 on {} {}",
+            removed.0, removed.1, removed.2, proof.verb, proof.path
+        ));
+    }
+    println!("{}", report.join("\n"));
 }

@@ -16,6 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::install::{apply, client_for, rbac_documents};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -257,15 +258,8 @@ impl Cluster {
             .serve_tls("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let admin = {
-            let kubeconfig = kube::config::Kubeconfig::from_yaml(&served.kubeconfig()).unwrap();
-            let options = kube::config::KubeConfigOptions::default();
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .unwrap();
-            kube::Client::try_from(config).unwrap()
-        };
-        apply_rbac(&admin).await;
+        let admin = client_for(&served.kubeconfig()).await;
+        apply(&admin, rbac_documents()).await;
         let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
         let certs = dir.path().join("certs");
         bundle.write_to(&certs).unwrap();
@@ -406,33 +400,6 @@ impl Replica {
             .status()
             .unwrap();
         assert!(kill.success());
-    }
-}
-
-/// Applies `deploy/rbac.yaml` (ServiceAccount, ClusterRole, Role and their bindings) as the
-/// admin, as `kubectl apply -k deploy/` would.
-async fn apply_rbac(admin: &kube::Client) {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
-    for doc in docs {
-        let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
-            Some((g, v)) => (g.to_owned(), v.to_owned()),
-            None => (
-                String::new(),
-                doc["apiVersion"].as_str().unwrap().to_owned(),
-            ),
-        };
-        let kind = doc["kind"].as_str().unwrap();
-        let gvk = GroupVersionKind::gvk(&group, &version, kind);
-        let resource = ApiResource::from_gvk(&gvk);
-        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
-            None => Api::all_with(admin.clone(), &resource),
-        };
-        api.create(&PostParams::default(), &obj).await.unwrap();
     }
 }
 

@@ -1,4 +1,5 @@
 //! What several test modules share.
 
 pub mod converge;
+pub mod install;
 pub mod operator;
