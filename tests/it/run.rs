@@ -403,6 +403,18 @@ impl Replica {
     }
 }
 
+/// Waits for the process to exit, failing with `why` after `bound`.
+async fn exits_within(process: &mut Reap, bound: Duration, why: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{why}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 const READY_BOUND: Duration = Duration::from_secs(2);
 const SYNC_BOUND: Duration = Duration::from_secs(60);
 
@@ -528,17 +540,12 @@ async fn an_expired_serving_certificate_stops_the_start_naming_the_file_and_its_
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running 30 s after start: the expired pair was served"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = exits_within(
+        &mut child,
+        Duration::from_secs(30),
+        "still running 30 s after start: the expired pair was served",
+    )
+    .await;
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(!status.success(), "{stderr}");
@@ -558,17 +565,12 @@ async fn a_second_sigterm_cuts_the_drain_short_and_exits_non_zero() {
         "the first signal starts the drain"
     );
     replica.terminate();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = replica.process.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still draining after the second signal"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = exits_within(
+        &mut replica.process,
+        Duration::from_secs(10),
+        "still draining after the second signal",
+    )
+    .await;
     assert_eq!(status.code(), Some(1), "a forced exit is not a clean one");
 }
 
@@ -582,17 +584,12 @@ async fn a_half_sent_admin_request_does_not_hold_the_exit_after_sigterm() {
         .unwrap();
     replica.terminate();
     // Well inside the admin header timeout (5 s): the shutdown grace (1 s) ends it.
-    let deadline = Instant::now() + Duration::from_secs(4);
-    let status = loop {
-        if let Some(status) = replica.process.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "a half-sent request holds the exit"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = exits_within(
+        &mut replica.process,
+        Duration::from_secs(4),
+        "a half-sent request holds the exit",
+    )
+    .await;
     assert_eq!(status.code(), Some(0));
 }
 
