@@ -112,6 +112,11 @@ pub struct DevArgs {
     /// How long the simulated Deployment controller takes to roll out a change.
     #[arg(long, env = "MYAPP_DEV_ROLLOUT_DELAY", default_value = "3s", value_parser = parse_duration)]
     pub rollout_delay: Duration,
+    /// The Kubernetes minor version the in-memory API server reports (1.N); kubectl picks its
+    /// build from it. The project supports 1.33 and newer.
+    #[arg(long, env = "MYAPP_DEV_SERVER_MINOR", default_value_t = kube_sandbox::DEFAULT_MINOR,
+          value_parser = clap::value_parser!(u32).range(33..))]
+    pub server_minor: u32,
     #[command(flatten)]
     pub controller: ControllerArgs,
     #[command(flatten)]

@@ -44,6 +44,8 @@ pub struct Options {
     pub state_dir: PathBuf,
     /// Whether the sandbox simulates Deployment rollouts, and how long one takes.
     pub rollout_delay: Option<Duration>,
+    /// The minor version the API server reports (1.N).
+    pub server_minor: u32,
     /// The webhook rules' configuration.
     pub admission: AdmissionConfig,
     /// How long the webhook keeps answering after shutdown begins.
@@ -59,6 +61,7 @@ impl Options {
             webhook_addr: any,
             state_dir,
             rollout_delay: Some(Duration::from_millis(50)),
+            server_minor: kube_sandbox::DEFAULT_MINOR,
             admission: AdmissionConfig::default(),
             drain_delay: Duration::ZERO,
         }
@@ -110,6 +113,7 @@ impl Environment {
             .namespace(WEBHOOK_SERVICE.0)
             .deployment_controller(options.rollout_delay.is_some())
             .rollout_delay(options.rollout_delay.unwrap_or_default())
+            .server_minor_version(options.server_minor)
             .webhook_service(service, webhook.local_addr())
             // As a cluster is reached: HTTPS with a CA, and a token (the admin's, in the
             // kubeconfig), so RBAC objects applied in dev are enforced for other users.
@@ -298,6 +302,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
         webhook_addr: args.webhook_addr,
         state_dir: args.state_dir.clone(),
         rollout_delay: Some(args.rollout_delay),
+        server_minor: args.server_minor,
         admission: run::admission_config(&args.admission),
         drain_delay: Duration::ZERO,
     };

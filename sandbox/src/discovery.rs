@@ -196,7 +196,7 @@ pub fn openapi_gv(registry: &Registry, gv_path_requested: &str) -> Option<Value>
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.32.0-sandbox"},
+        "info": {"title": "Kubernetes", "version": format!("v1.{}.0-sandbox", crate::sandbox::DEFAULT_MINOR)},
         "paths": paths,
         "components": {"schemas": schemas},
     }))

@@ -53,5 +53,5 @@ mod tls;
 pub use authn::{Identity, UserInfo};
 pub use faults::{FaultHandle, RequestRecord, WriteFault};
 pub use rollout::RolloutHandle;
-pub use sandbox::{Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};
+pub use sandbox::{DEFAULT_MINOR, Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};
 pub use status::ApiError;

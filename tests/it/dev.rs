@@ -113,6 +113,10 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
     else {
         return;
     };
+    // The oldest supported version, unless --server-minor says otherwise.
+    let version = kubectl.ok(&["version", "-o", "json"]).await;
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    assert_eq!(version["serverVersion"]["minor"], "33", "{version}");
     let applied = kubectl.ok(&["apply", "-f", &example("myapp.yaml")]).await;
     assert!(
         applied.contains("myapp.example.com/web created"),
