@@ -171,6 +171,13 @@ impl AdmissionChain {
         self.client.register_service(service, address);
     }
 
+    /// Sets the endpoints behind `service`, each Ready or not, as its EndpointSlice would list
+    /// them: a call dials only Ready ones (in turn), and fails with `no endpoints available`
+    /// when there is none. Kept-alive connections are per Service, as the API server's are.
+    pub fn set_endpoints(&self, service: ServiceRef, addresses: Vec<(SocketAddr, bool)>) {
+        self.client.set_endpoints(service, addresses);
+    }
+
     /// Runs the whole chain for one request: [`Self::mutate`], then [`Self::validate`] on the
     /// mutated object. Warnings of both phases are returned together.
     ///

@@ -90,8 +90,12 @@ type Sender = http1::SendRequest<Full<Bytes>>;
 
 /// Where and how to reach one webhook.
 struct Endpoint {
-    /// What to dial: a socket address, or `host:port` to resolve.
+    /// What to dial for a new connection: a socket address, or `host:port` to resolve.
     dial: String,
+    /// Which kept-alive connections may carry the call: per Service, whichever endpoint they
+    /// were dialled to, as the API server's connections to a ClusterIP are (so a replica that
+    /// stops being Ready keeps its open connections until it closes them: the drain race).
+    pool: String,
     server_name: ServerName<'static>,
     /// The URL the real server would call, for `Host`, the path and messages.
     url: String,
@@ -110,19 +114,51 @@ struct PoolKey {
 /// TLS configurations per caBundle.
 #[derive(Default)]
 pub(super) struct WebhookClient {
-    services: RwLock<HashMap<ServiceRef, SocketAddr>>,
+    services: RwLock<HashMap<ServiceRef, Endpoints>>,
     idle: Mutex<HashMap<PoolKey, Vec<Sender>>>,
     tls: Mutex<HashMap<Vec<u8>, Arc<rustls::ClientConfig>>>,
+}
+
+/// A Service's endpoints, each Ready or not; new connections go to Ready ones in turn.
+#[derive(Default)]
+struct Endpoints {
+    addresses: Vec<(SocketAddr, bool)>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Endpoints {
+    fn pick(&self) -> Option<SocketAddr> {
+        let ready: Vec<SocketAddr> = self
+            .addresses
+            .iter()
+            .filter(|(_, ready)| *ready)
+            .map(|(address, _)| *address)
+            .collect();
+        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ready.get(turn % ready.len().max(1)).copied()
+    }
 }
 
 impl WebhookClient {
     /// Makes webhooks referencing `service` dial `address`; replaces an earlier registration.
     pub(super) fn register_service(&self, service: ServiceRef, address: SocketAddr) {
+        self.set_endpoints(service, vec![(address, true)]);
+    }
+
+    /// The endpoints behind `service`, each with whether it is Ready (what an EndpointSlice
+    /// says): new connections go only to Ready ones; replaces the earlier set.
+    pub(super) fn set_endpoints(&self, service: ServiceRef, addresses: Vec<(SocketAddr, bool)>) {
         let mut services = self
             .services
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        services.insert(service, address);
+        services.insert(
+            service,
+            Endpoints {
+                addresses,
+                ..Endpoints::default()
+            },
+        );
     }
 
     /// How many service addresses are registered.
@@ -178,17 +214,22 @@ impl WebhookClient {
             let port = u16::try_from(port)
                 .map_err(|_| resolve(format!("service port {port} is out of range")))?;
             let key = ServiceRef::new(&service.namespace, &service.name, port);
-            let address = self
+            let services = self
                 .services
                 .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(&key)
-                .copied()
-                .ok_or_else(|| {
-                    resolve(format!(
-                        "service \"{key}\" has no address registered with the sandbox"
-                    ))
-                })?;
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let endpoints = services.get(&key).ok_or_else(|| {
+                resolve(format!(
+                    "service \"{key}\" has no address registered with the sandbox"
+                ))
+            })?;
+            // kube-apiserver's service resolver says the same when no endpoint is Ready.
+            let address = endpoints.pick().ok_or_else(|| {
+                resolve(format!(
+                    "no endpoints available for service \"{}\"",
+                    service.name
+                ))
+            })?;
             let host = key.dns_name();
             let server_name = ServerName::try_from(host.clone())
                 .map_err(|e| resolve(format!("{host:?} is not a valid server name: {e}")))?;
@@ -197,6 +238,7 @@ impl WebhookClient {
             let path_and_query = format!("{path}?timeout={seconds}s");
             return Ok(Endpoint {
                 dial: address.to_string(),
+                pool: key.to_string(),
                 server_name,
                 url: format!("https://{host_header}{path_and_query}"),
                 host_header,
@@ -236,6 +278,7 @@ impl WebhookClient {
         let host_header = format!("{host}:{port}");
         Ok(Endpoint {
             dial: host_header.clone(),
+            pool: host_header.clone(),
             server_name,
             url: format!("https://{host_header}{path_and_query}"),
             host_header,
@@ -251,7 +294,7 @@ impl WebhookClient {
         body: Bytes,
     ) -> Result<(u16, Bytes), Error> {
         let key = PoolKey {
-            dial: endpoint.dial.clone(),
+            dial: endpoint.pool.clone(),
             server_name: endpoint.server_name.to_str().into_owned(),
             ca_bundle,
         };

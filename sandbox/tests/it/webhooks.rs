@@ -196,3 +196,50 @@ async fn kubectl_apply_of_a_denied_object_prints_the_webhook_denial_and_fails() 
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn webhook_calls_go_only_to_ready_endpoints_of_the_service() {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    // An address nothing listens on: a call dialled there fails (failurePolicy: Fail).
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let service = ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2);
+    let admission = sandbox.admission();
+
+    // Before any call: the first new connection would go to the first endpoint, were
+    // readiness not looked at.
+    admission.set_endpoints(
+        service.clone(),
+        vec![(dead, false), (webhook.address, true)],
+    );
+    for i in 0..4 {
+        widgets
+            .create(&PostParams::default(), &widget(&format!("w{i}"), 1, "m"))
+            .await
+            .expect("the Ready endpoint answers every call");
+    }
+
+    admission.set_endpoints(service.clone(), vec![(webhook.address, false)]);
+    let err = widgets
+        .create(&PostParams::default(), &widget("none-ready", 1, "m"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no endpoints available for service \"webhook\""),
+        "{err}"
+    );
+
+    // Kept-alive connections belong to the Service, not to an endpoint: the open connection
+    // to the replica that left the endpoints still carries calls (as the API server's do,
+    // through the ClusterIP) until that replica closes it.
+    admission.set_endpoints(service, vec![(dead, true)]);
+    widgets
+        .create(&PostParams::default(), &widget("kept-alive", 1, "m"))
+        .await
+        .expect("the pooled connection is reused");
+}
