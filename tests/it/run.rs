@@ -511,6 +511,53 @@ async fn readiness_stays_up_across_a_lease_hand_off() {
         lease_writers,
         ["replica-0", "replica-1"].map(String::from).into()
     );
+
+    // An edit after the hand-off: the new leader writes it. Every write but the Lease's, in
+    // the order the API server saw them, comes from one replica and then only the other.
+    let apps = Api::<MyApp>::namespaced(cluster.client(), "default");
+    apps.patch(
+        "app-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "ghcr.io/example/web:1.4.3"}})),
+    )
+    .await
+    .unwrap();
+    let is_write = |r: &kube_sandbox::RequestRecord| {
+        !matches!(r.verb.as_str(), "get" | "list" | "watch")
+            && r.resource.as_deref() != Some("leases")
+            && r.token_id
+                .as_deref()
+                .is_some_and(|t| t.starts_with("replica-"))
+    };
+    let deadline = Instant::now() + SYNC_BOUND;
+    while !cluster
+        .sandbox
+        .faults()
+        .requests()
+        .iter()
+        .any(|r| is_write(r) && r.token_id.as_deref() == Some("replica-1"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the new leader never wrote the edit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let writers: Vec<String> = cluster
+        .sandbox
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(is_write)
+        .filter_map(|r| r.token_id)
+        .collect();
+    let mut runs = writers.clone();
+    runs.dedup();
+    assert_eq!(
+        runs,
+        ["replica-0", "replica-1"].map(String::from),
+        "one writer at a time: {writers:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
