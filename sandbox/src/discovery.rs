@@ -5,6 +5,9 @@ use serde_json::{Value, json};
 
 use crate::registry::{Registry, ResourceType};
 
+/// The minor version `/version` reports unless told: 1.33, the oldest the project supports.
+pub const DEFAULT_MINOR: u32 = 33;
+
 /// `GET /version`.
 pub fn version(minor: u32) -> Value {
     json!({
@@ -196,7 +199,7 @@ pub fn openapi_gv(registry: &Registry, gv_path_requested: &str) -> Option<Value>
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": format!("v1.{}.0-sandbox", crate::sandbox::DEFAULT_MINOR)},
+        "info": {"title": "Kubernetes", "version": format!("v1.{}.0-sandbox", DEFAULT_MINOR)},
         "paths": paths,
         "components": {"schemas": schemas},
     }))

@@ -51,7 +51,8 @@ pub mod testing;
 mod tls;
 
 pub use authn::{Identity, UserInfo};
+pub use discovery::DEFAULT_MINOR;
 pub use faults::{FaultHandle, RequestRecord, WriteFault};
 pub use rollout::RolloutHandle;
-pub use sandbox::{DEFAULT_MINOR, Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};
+pub use sandbox::{Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};
 pub use status::ApiError;

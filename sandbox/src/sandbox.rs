@@ -51,7 +51,7 @@ pub struct SandboxBuilder {
 impl Default for SandboxBuilder {
     fn default() -> Self {
         SandboxBuilder {
-            server_minor: DEFAULT_MINOR,
+            server_minor: crate::discovery::DEFAULT_MINOR,
             log_capacity: 100_000,
             namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             deployment_controller: true,
@@ -62,11 +62,8 @@ impl Default for SandboxBuilder {
     }
 }
 
-/// The minor version `/version` reports unless told: 1.33, the oldest the project supports.
-pub const DEFAULT_MINOR: u32 = 33;
-
 impl SandboxBuilder {
-    /// The Kubernetes minor version `/version` reports (1.`minor`, default [`DEFAULT_MINOR`]);
+    /// The Kubernetes minor version `/version` reports (1.`minor`, default [`crate::DEFAULT_MINOR`]);
     /// kubectl picks its build from it.
     pub fn server_minor_version(mut self, minor: u32) -> Self {
         self.server_minor = minor;
