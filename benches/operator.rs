@@ -139,14 +139,7 @@ async fn bench(apps: usize, concurrency: usize) {
         .unwrap();
     let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
     bundle.write_to(&dir.path().join("certs")).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::pem::PemObject::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut tls = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = kube_sandbox::testing::tls_client_trusting(&bundle.ca_pem);
 
     let started = Instant::now();
     // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`

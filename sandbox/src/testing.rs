@@ -1,7 +1,9 @@
 //! What tests of an API server client need, shared by every crate's tests (feature
 //! `testing`, never in a shipped build): the real kubectl against a served sandbox, a child
-//! process whose JSON log is read as it comes, and polling for a condition with a deadline.
+//! process whose JSON log is read as it comes, polling for a condition with a deadline, and a
+//! TLS client that trusts one test CA.
 
+use rustls::pki_types::pem::PemObject as _;
 use std::{
     future::Future,
     io::{BufRead, BufReader},
@@ -32,6 +34,22 @@ where
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// A TLS client configuration that trusts only the CA in `ca_pem` and speaks HTTP/1.1, as
+/// the API server's webhook client does.
+pub fn tls_client_trusting(ca_pem: &str) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a CA certificate");
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config
 }
 
 // === kubectl ===

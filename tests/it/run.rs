@@ -73,17 +73,9 @@ async fn sigterm_drops_no_webhook_request_and_exits_zero() {
     let webhook = replica.webhook;
     let bundle = &cluster.bundle;
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::pem::PemObject::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut tls = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let client = Arc::new(Client {
         addr: webhook,
-        tls: Arc::new(tls),
+        tls: Arc::new(kube_sandbox::testing::tls_client_trusting(&bundle.ca_pem)),
     });
 
     // Four keep-alive connections send reviews back to back, like the API server's pool.
@@ -336,19 +328,11 @@ impl Cluster {
             .kubeconfig_for_token(&token)
             .unwrap_or_else(|| panic!("no token {token}: raise REPLICA_TOKENS"));
         std::fs::write(&kubeconfig, text).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
-            .args([
-                "run",
-                "--webhook-addr",
-                "127.0.0.1:0",
-                "--admin-addr",
-                "127.0.0.1:0",
-            ])
+        let mut child = operator_run(&kubeconfig)
             .args(["--log-format", "json"])
             .args(args)
             .arg("--cert-dir")
             .arg(&self.certs)
-            .env("KUBECONFIG", &kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -401,6 +385,22 @@ impl Replica {
             .unwrap();
         assert!(kill.success());
     }
+}
+
+/// `myapp-operator run` on free loopback ports, reaching the API server through `kubeconfig`
+/// (in a pod: the ServiceAccount's token and CA, translated to a kubeconfig here).
+fn operator_run(kubeconfig: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_myapp-operator"));
+    command
+        .args([
+            "run",
+            "--webhook-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ])
+        .env("KUBECONFIG", kubeconfig);
+    command
 }
 
 /// Waits for the process to exit, failing with `why` after `bound`.
@@ -571,17 +571,9 @@ async fn an_expired_serving_certificate_stops_the_start_naming_the_file_and_its_
     std::fs::write(cluster.certs.join("tls.crt"), cert.pem()).unwrap();
     std::fs::write(cluster.certs.join("tls.key"), key.serialize_pem()).unwrap();
     let mut child = Reap(
-        Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
-            .args([
-                "run",
-                "--webhook-addr",
-                "127.0.0.1:0",
-                "--admin-addr",
-                "127.0.0.1:0",
-            ])
+        operator_run(&cluster.admin_kubeconfig())
             .arg("--cert-dir")
             .arg(&cluster.certs)
-            .env("KUBECONFIG", cluster.admin_kubeconfig())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -694,16 +686,8 @@ async fn plain_logs_into_a_pipe_carry_no_colour_codes() {
     let output = tokio::task::spawn_blocking({
         let kubeconfig = cluster.admin_kubeconfig();
         move || {
-            Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
-                .args([
-                    "run",
-                    "--webhook-addr",
-                    "127.0.0.1:0",
-                    "--admin-addr",
-                    "127.0.0.1:0",
-                ])
+            operator_run(&kubeconfig)
                 .args(["--log-format", "plain", "--cert-dir", "/nonexistent-certs"])
-                .env("KUBECONFIG", kubeconfig)
                 .output()
                 .unwrap()
         }
