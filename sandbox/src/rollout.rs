@@ -1,6 +1,7 @@
 //! A simulated Deployment controller: after a delay it writes the status a finished (or failed)
 //! rollout would have.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +14,8 @@ pub(crate) struct Rollouts {
     enabled: AtomicBool,
     fail: AtomicBool,
     delay: Mutex<Duration>,
+    /// Deployments (namespace, name) whose status the caller writes itself.
+    excluded: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl Rollouts {
@@ -21,11 +24,19 @@ impl Rollouts {
             enabled: AtomicBool::new(enabled),
             fail: AtomicBool::new(false),
             delay: Mutex::new(delay),
+            excluded: Mutex::default(),
         })
     }
 
     fn delay(&self) -> Duration {
         *self.delay.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn excludes(&self, namespace: &str, name: &str) -> bool {
+        self.excluded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(namespace.to_owned(), name.to_owned()))
     }
 }
 
@@ -47,6 +58,17 @@ impl RolloutHandle {
     /// How long a rollout takes before its status is written.
     pub fn set_delay(&self, delay: Duration) {
         *self.0.delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
+    }
+
+    /// Leaves one Deployment's status to the caller: a test that plays the Deployment
+    /// controller and kubelet itself (real processes as its pods) writes it through
+    /// `deployments/status`, and the simulation never overwrites it.
+    pub fn exclude(&self, namespace: &str, name: &str) {
+        self.0
+            .excluded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((namespace.to_owned(), name.to_owned()));
     }
 }
 
@@ -72,6 +94,9 @@ pub(crate) fn deployment_written(rollouts: &Arc<Rollouts>, store: &Arc<Store>, d
     ) else {
         return;
     };
+    if rollouts.excludes(ns, name) {
+        return;
+    }
     let (ns, name) = (ns.to_string(), name.to_string());
     let (rollouts, store) = (rollouts.clone(), store.clone());
     let delay = rollouts.delay();

@@ -174,13 +174,18 @@ async fn sigterm_drops_no_webhook_request_and_exits_zero() {
 }
 
 async fn readyz(admin: SocketAddr) -> Option<u16> {
-    let tcp = TcpStream::connect(admin).await.ok()?;
+    status_of(admin, "/readyz").await
+}
+
+/// The status code of a plain-HTTP GET of `path`, as a kubelet's httpGet probe sees it.
+pub(crate) async fn status_of(addr: SocketAddr, path: &str) -> Option<u16> {
+    let tcp = TcpStream::connect(addr).await.ok()?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .ok()?;
     tokio::spawn(connection);
-    let request = hyper::Request::get("/readyz")
-        .header("host", "admin")
+    let request = hyper::Request::get(path)
+        .header("host", addr.to_string())
         .body(Full::new(Bytes::new()))
         .ok()?;
     Some(sender.send_request(request).await.ok()?.status().as_u16())
@@ -209,31 +214,33 @@ async fn gauge(admin: SocketAddr, name: &str) -> Option<i64> {
 }
 
 /// How many replicas a test may start: each has its own token.
-const REPLICA_TOKENS: usize = 4;
+const REPLICA_TOKENS: usize = 12;
 
 /// An in-memory API server on loopback over HTTPS, as the replicas' "cluster", with
 /// `deploy/rbac.yaml` applied and enforced, and the webhook's serving certificate where
 /// cert-manager would have put it.
-struct Cluster {
-    sandbox: kube_sandbox::Sandbox,
-    served: kube_sandbox::Served,
+pub(crate) struct Cluster {
+    pub(crate) sandbox: kube_sandbox::Sandbox,
+    pub(crate) served: kube_sandbox::Served,
     /// The admin's client (system:masters), for what the test itself does.
     admin: kube::Client,
-    certs: PathBuf,
-    bundle: myapp_operator::certs::Bundle,
+    /// The webhook's serving certificate and key, valid for `localhost` and the webhook
+    /// Service's names, as the Secret's volume would hold them.
+    pub(crate) certs: PathBuf,
+    pub(crate) bundle: myapp_operator::certs::Bundle,
     started: AtomicUsize,
     dir: tempfile::TempDir,
 }
 
 impl Cluster {
     /// A kubeconfig with the admin's token, for a process the test starts by hand.
-    fn admin_kubeconfig(&self) -> PathBuf {
+    pub(crate) fn admin_kubeconfig(&self) -> PathBuf {
         let path = self.dir.path().join("kubeconfig-admin");
         std::fs::write(&path, self.served.kubeconfig()).unwrap();
         path
     }
 
-    async fn start(with_crd: bool) -> Self {
+    pub(crate) async fn start(with_crd: bool) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         // The Lease's namespace, as `deploy/` creates it; one bound token per replica.
@@ -252,7 +259,12 @@ impl Cluster {
             .unwrap();
         let admin = client_for(&served.kubeconfig()).await;
         apply(&admin, rbac_documents()).await;
-        let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
+        let sans = [
+            "localhost",
+            "myapp-operator-webhook.myapp-system.svc",
+            "myapp-operator-webhook.myapp-system.svc.cluster.local",
+        ];
+        let bundle = myapp_operator::certs::generate(&sans.map(String::from)).unwrap();
         let certs = dir.path().join("certs");
         bundle.write_to(&certs).unwrap();
         let cluster = Self {
@@ -270,12 +282,12 @@ impl Cluster {
         cluster
     }
 
-    fn client(&self) -> kube::Client {
+    pub(crate) fn client(&self) -> kube::Client {
         self.admin.clone()
     }
 
     /// Every request a replica's token made and the API server refused (401 or 403).
-    fn refused_replica_requests(&self) -> Vec<String> {
+    pub(crate) fn refused_replica_requests(&self) -> Vec<String> {
         self.sandbox
             .faults()
             .requests()
@@ -290,7 +302,7 @@ impl Cluster {
             .collect()
     }
 
-    async fn install_crd(&self) {
+    pub(crate) async fn install_crd(&self) {
         Api::<CustomResourceDefinition>::all(self.client())
             .patch(
                 "myapps.example.com",
@@ -317,9 +329,9 @@ impl Cluster {
             .await;
     }
 
-    /// Starts `myapp-operator run` with `args`, as the next replica with its own token, and
-    /// waits until its webhook serves.
-    fn replica(&self, args: &[&str]) -> Replica {
+    /// A kubeconfig for the next replica: its own bound token of the operator's
+    /// ServiceAccount (`replica-N`) and the API server's CA, as a pod's projected volume has.
+    pub(crate) fn next_replica_kubeconfig(&self) -> (PathBuf, String) {
         let n = self.started.fetch_add(1, Ordering::SeqCst);
         let kubeconfig = self.dir.path().join(format!("kubeconfig-{n}"));
         let token = format!("replica-{n}");
@@ -328,6 +340,13 @@ impl Cluster {
             .kubeconfig_for_token(&token)
             .unwrap_or_else(|| panic!("no token {token}: raise REPLICA_TOKENS"));
         std::fs::write(&kubeconfig, text).unwrap();
+        (kubeconfig, token)
+    }
+
+    /// Starts `myapp-operator run` with `args`, as the next replica with its own token, and
+    /// waits until its webhook serves.
+    fn replica(&self, args: &[&str]) -> Replica {
+        let (kubeconfig, _) = self.next_replica_kubeconfig();
         let mut child = operator_run(&kubeconfig)
             .args(["--log-format", "json"])
             .args(args)

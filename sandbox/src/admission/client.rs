@@ -309,14 +309,25 @@ impl WebhookClient {
                 )
                 .body(Full::new(body.clone()))
         };
-        // A kept-alive connection may have been closed by the server meanwhile: try a fresh one.
+        // A kept-alive connection may have been closed by the server meanwhile. Like Go's
+        // transport (`shouldRetryRequest`), retry on a fresh connection only when the request
+        // was never written: a POST whose bytes went out fails, as it does for kube-apiserver,
+        // so a server that closes a keep-alive connection under a request is caught.
         if let Some(mut sender) = self.take_idle(&key).await {
             let request = make().map_err(|e| Error::ResolveWebhook {
                 reason: format!("invalid request for {}: {e}", endpoint.url),
             })?;
-            match sender.send_request(request).await {
+            match sender.try_send_request(request).await {
                 Ok(response) => return self.finish(key, sender, response, endpoint).await,
-                Err(error) => debug!(%error, url = %endpoint.url, "Reused connection failed"),
+                Err(error) if error.message().is_some() => {
+                    debug!(error = %error.error(), url = %endpoint.url, "Reused connection closed before the request was written");
+                }
+                Err(error) => {
+                    return Err(Error::SendReview {
+                        url: endpoint.url.clone(),
+                        source: error.into_error(),
+                    });
+                }
             }
         }
         let mut sender = self.connect(endpoint, &key).await?;

@@ -243,3 +243,21 @@ async fn webhook_calls_go_only_to_ready_endpoints_of_the_service() {
         .await
         .expect("the pooled connection is reused");
 }
+
+#[tokio::test]
+async fn a_review_the_webhook_hangs_up_on_after_reading_fails_instead_of_being_sent_again() {
+    // Go's transport, which kube-apiserver's webhook client uses, retries a POST on a fresh
+    // connection only when none of it was written; a webhook that closes kept-alive
+    // connections under requests (a careless drain) costs a failed call, and so a refused
+    // write with failurePolicy: Fail. The sandbox must not hide that by retrying.
+    let webhook = Webhook::start_hanging_up_after_first_answer().await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    // The mutating call opens the connection and is answered; the validating call reuses it.
+    let err = widgets
+        .create(&PostParams::default(), &widget("hung-up", 1, "m"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("failed calling webhook"), "{err}");
+    assert!(widgets.get_opt("hung-up").await.unwrap().is_none());
+}

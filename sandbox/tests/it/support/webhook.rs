@@ -69,33 +69,68 @@ async fn answer(uri: Uri, Json(body): Json<Value>) -> Json<Value> {
     )
 }
 
+/// A CA made now and a serving configuration for `webhook.ops.svc` signed by it.
+fn serving_config() -> (rustls::ServerConfig, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sandbox e2e test ca");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
+    let cert = CertificateParams::new(vec![dns])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    (tls, ca.pem())
+}
+
+/// Reads one request with a `content-length` body from `stream`, keeping what follows it in
+/// `buffer`; its body, or `None` at end of stream.
+async fn read_request<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    buffer: &mut Vec<u8>,
+) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buffer.len() >= end + 4 + length {
+                let body = buffer[end + 4..end + 4 + length].to_vec();
+                buffer.drain(..end + 4 + length);
+                return Some(body);
+            }
+        }
+        let mut chunk = [0u8; 8192];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 impl Webhook {
     /// Starts the webhook on 127.0.0.1:0.
     pub async fn start() -> Webhook {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "sandbox e2e test ca");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
-        let cert = CertificateParams::new(vec![dns])
-            .unwrap()
-            .signed_by(&key, &ca)
-            .unwrap();
-        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-        )
-        .unwrap();
+        let (tls, ca_pem) = serving_config();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
@@ -116,7 +151,55 @@ impl Webhook {
         });
         Webhook {
             address,
-            ca_pem: ca.pem(),
+            ca_pem,
+            task,
+        }
+    }
+
+    /// A webhook that answers (allows) the first review on each connection, keeping it alive,
+    /// then reads the next review in full and closes the connection without answering: the
+    /// race a server that closes idle keep-alive connections loses.
+    pub async fn start_hanging_up_after_first_answer() -> Webhook {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (tls, ca_pem) = serving_config();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buffer = Vec::new();
+                    for answered in [true, false] {
+                        let Some(body) = read_request(&mut tls, &mut buffer).await else {
+                            return;
+                        };
+                        if !answered {
+                            break;
+                        }
+                        let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+                        let answer = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                            "response": {"uid": review["request"]["uid"], "allowed": true}})
+                        .to_string();
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            answer.len()
+                        );
+                        let _ = tls.write_all(head.as_bytes()).await;
+                        let _ = tls.write_all(answer.as_bytes()).await;
+                    }
+                    let _ = tls.shutdown().await;
+                    // Whatever the client sends now is never read.
+                    let _ = tls.read(&mut [0u8; 1]).await;
+                });
+            }
+        });
+        Webhook {
+            address,
+            ca_pem,
             task,
         }
     }
