@@ -129,6 +129,11 @@ impl FieldSelector {
         Ok(FieldSelector(terms))
     }
 
+    /// The field paths the selector names (`metadata.name`).
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(path, _, _)| path.as_str())
+    }
+
     /// Whether an object's fields match. A missing field compares as the empty string.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(path, equal, value)| {

@@ -166,14 +166,35 @@ impl ApiError {
     }
 
     /// 415 for a patch content type the server does not know.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    pub fn unsupported_media_type(rt: &ResourceType) -> Self {
+        // Custom resources have no strategic merge patch (`customresource_handler.go`).
+        let accepted = if rt.crd.is_some() {
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        } else {
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+        };
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
             ),
         )
+    }
+
+    /// 504 for a watch from a resourceVersion the server has not reached
+    /// (`storage.NewTooLargeResourceVersionError`).
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut err = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        );
+        err.details = Some(Box::new(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        })));
+        err
     }
 
     /// The `Status` object.

@@ -140,6 +140,38 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     Ok(value)
 }
 
+/// The fields a custom resource's field selectors may name: `metadata.name`,
+/// `metadata.namespace` and its CRD version's `selectableFields` (apiextensions'
+/// `ConvertFieldLabel`). Built-in kinds' own tables are not modelled: any field is accepted.
+fn selectable_fields(ctx: &Ctx) -> Vec<String> {
+    let mut fields = vec!["metadata.name".to_owned(), "metadata.namespace".to_owned()];
+    let Some(crd) = ctx.rt.crd.as_deref() else {
+        return fields;
+    };
+    let state = ctx.inner.store.lock();
+    let storage = (
+        "apiextensions.k8s.io".to_owned(),
+        "customresourcedefinitions".to_owned(),
+    );
+    let versions = state
+        .get(&storage, "", crd)
+        .and_then(|crd| crd.pointer("/spec/versions")?.as_array().cloned())
+        .unwrap_or_default();
+    let version = versions
+        .iter()
+        .find(|v| v["name"].as_str() == Some(ctx.rt.version.as_str()));
+    for field in version
+        .and_then(|v| v["selectableFields"].as_array())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(path) = field["jsonPath"].as_str() {
+            fields.push(path.trim_start_matches('.').to_owned());
+        }
+    }
+    fields
+}
+
 /// Label and field selectors of a list, watch or deletecollection request.
 pub(super) struct Selectors {
     labels: LabelSelector,
@@ -147,11 +179,20 @@ pub(super) struct Selectors {
 }
 
 impl Selectors {
-    pub(super) fn from_query(query: &HashMap<String, String>) -> Result<Self, ApiError> {
+    pub(super) fn from_request(ctx: &Ctx) -> Result<Self, ApiError> {
+        let query = &ctx.query;
         let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
             .map_err(ApiError::bad_request)?;
         let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
             .map_err(ApiError::bad_request)?;
+        if ctx.rt.crd.is_some() {
+            let supported = selectable_fields(ctx);
+            if let Some(path) = fields.paths().find(|p| !supported.iter().any(|s| s == p)) {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {path}"
+                )));
+            }
+        }
         Ok(Selectors { labels, fields })
     }
 

@@ -122,7 +122,7 @@ async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {
 }
 
 pub(super) async fn delete_collection(ctx: &mut Ctx) -> Result<Response, ApiError> {
-    let selectors = Selectors::from_query(&ctx.query)?;
+    let selectors = Selectors::from_request(ctx)?;
     let mut state = ctx.inner.store.lock();
     let targets: Vec<(String, String)> = state
         .list(&ctx.rt.storage(), ctx.path.namespace.as_deref())

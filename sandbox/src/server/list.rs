@@ -8,7 +8,7 @@ use super::context::{Ctx, Selectors, json_response};
 use crate::status::ApiError;
 
 pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
-    let selectors = Selectors::from_query(&ctx.query)?;
+    let selectors = Selectors::from_request(ctx)?;
     let limit = match ctx.query.get("limit").map(String::as_str) {
         None | Some("") => None,
         Some(text) => match text.parse::<i64>() {

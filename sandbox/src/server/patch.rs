@@ -49,6 +49,38 @@ pub(super) fn parse_patch_body(kind: PatchKind, body: &[u8]) -> Result<Value, Ap
     }
 }
 
+/// What the field manager's `Apply` checks before merging (`structuredmerge.go`): the patch's
+/// apiVersion is the endpoint's, it carries no managedFields, and it names a kind the type
+/// converter knows (its error is a plain one, so a 500).
+fn check_apply_identity(ctx: &Ctx, patch: &Value) -> Result<(), ApiError> {
+    let expected = ctx.rt.api_version();
+    let version = patch
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if version != expected {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {version}, expected: {expected}"
+        )));
+    }
+    if patch
+        .pointer("/metadata/managedFields")
+        .is_some_and(|m| !m.is_null())
+    {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    let kind = patch.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind != ctx.rt.kind {
+        let gvk = format!("{expected}, Kind={kind}");
+        return Err(ApiError::new(
+            500,
+            "",
+            format!("failed to create typed patch object ({gvk}): no corresponding type for {gvk}"),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) async fn patch_object(
     ctx: &mut Ctx,
     content_type: &str,
@@ -61,7 +93,7 @@ pub(super) async fn patch_object(
         // them, as on a real server.
         "application/strategic-merge-patch+json" if ctx.rt.crd.is_none() => PatchKind::Strategic,
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchKind::Apply,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        _ => return Err(ApiError::unsupported_media_type(&ctx.rt)),
     };
     let patch_doc = parse_patch_body(kind, body)?;
     let manager = ctx.query.get("fieldManager").cloned().unwrap_or_default();
@@ -75,6 +107,10 @@ pub(super) async fn patch_object(
                 "Required value: is required for apply patch",
             )],
         ));
+    }
+    // After the options are validated (`ValidatePatchOptions`), as in the handler.
+    if kind == PatchKind::Apply {
+        check_apply_identity(ctx, &patch_doc)?;
     }
     let sub = ctx.path.sub.clone().unwrap_or_default();
     for _ in 0..WRITE_RETRIES {

@@ -350,6 +350,20 @@ async fn resource(
         (Method::GET, true) => get::get(&ctx),
         (Method::POST, false) => {
             let obj = parse_body(&body)?;
+            // etcd3's store refuses it (`ErrResourceVersionSetOnCreate`), a plain error the
+            // handler answers as 500 with no reason; a dry run never reaches the store.
+            if !ctx.dry_run
+                && obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|rv| !rv.is_empty())
+            {
+                return Err(ApiError::new(
+                    500,
+                    "",
+                    "resourceVersion should not be set on objects to be created",
+                ));
+            }
             let created = create::create(&mut ctx, obj).await?;
             Ok(ctx.respond(StatusCode::CREATED, &created))
         }

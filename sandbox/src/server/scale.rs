@@ -34,7 +34,7 @@ pub(super) async fn scale_request(
                 "application/json-patch+json" => PatchKind::Json,
                 "application/merge-patch+json" | "application/apply-patch+yaml" => PatchKind::Merge,
                 "application/strategic-merge-patch+json" => PatchKind::Strategic,
-                other => return Err(ApiError::unsupported_media_type(other)),
+                _ => return Err(ApiError::unsupported_media_type(&ctx.rt)),
             };
             let doc = parse_patch_body(kind, body)?;
             Some((Some(kind), doc))

@@ -163,6 +163,25 @@ pub(super) async fn update(
     let precondition = meta_str(&body, "resourceVersion")
         .filter(|rv| !rv.is_empty())
         .map(String::from);
+    // Custom resources do not allow unconditional updates (the registry store's
+    // `AllowUnconditionalUpdate`); status and scale writes go through the same check.
+    if precondition.is_none() && ctx.rt.crd.is_some() && read_current(ctx).is_some() {
+        let kind = format!("{}.{}", ctx.rt.plural, ctx.rt.group);
+        let mut err = ApiError::invalid(
+            &ctx.rt,
+            ctx.name(),
+            vec![FieldError::new(
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                "Invalid value: 0: must be specified for an update",
+            )],
+        );
+        err.message = format!(
+            "{kind} \"{}\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update",
+            ctx.name()
+        );
+        return Err(err);
+    }
     for _ in 0..WRITE_RETRIES {
         let old = read_current(ctx).ok_or_else(|| ApiError::not_found(&ctx.rt, ctx.name()))?;
         if let Some(rv) = &precondition

@@ -43,7 +43,7 @@ fn expired_event(requested: u64, oldest: u64) -> Value {
 
 /// Starts a watch for the request in `ctx`.
 pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
-    let selectors = Selectors::from_query(&ctx.query)?;
+    let selectors = Selectors::from_request(ctx)?;
     let timeout =
         match ctx.query.get("timeoutSeconds") {
             Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| {
@@ -68,6 +68,14 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
         })?),
     };
 
+    let current = ctx.inner.store.lock().rv;
+    if let Some(requested) = requested
+        && requested > current
+    {
+        // kube-apiserver's watch cache waits up to 3 s for the revision first; every revision
+        // here is written synchronously, so one beyond the current never arrives.
+        return Err(ApiError::too_large_resource_version(requested, current));
+    }
     let rt = ctx.rt.clone();
     let meta_only = ctx.meta_only;
     let namespace = ctx.path.namespace.clone();

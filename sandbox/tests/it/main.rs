@@ -8,5 +8,6 @@ mod kube_client;
 mod kubectl;
 mod kubectl_auth;
 mod rbac;
+mod strict;
 mod support;
 mod webhooks;
