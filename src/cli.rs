@@ -117,6 +117,15 @@ pub struct DevArgs {
     #[arg(long, env = "MYAPP_DEV_SERVER_MINOR", default_value_t = kube_sandbox::DEFAULT_MINOR,
           value_parser = clap::value_parser!(u32).range(33..))]
     pub server_minor: u32,
+    /// How long the in-memory API server keeps an Event after its last write, as
+    /// kube-apiserver's --event-ttl (a long session would otherwise pile them up).
+    #[arg(long, env = "MYAPP_DEV_EVENT_TTL", default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: Duration,
+    /// How much watch history (MiB of objects, counted as JSON) the in-memory API server keeps
+    /// for watches that resume; older resumes get 410 Expired and relist, as on a real server.
+    #[arg(long, env = "MYAPP_DEV_WATCH_HISTORY_MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub watch_history_mib: u32,
     #[command(flatten)]
     pub controller: ControllerArgs,
     #[command(flatten)]

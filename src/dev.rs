@@ -46,6 +46,10 @@ pub struct Options {
     pub rollout_delay: Option<Duration>,
     /// The minor version the API server reports (1.N).
     pub server_minor: u32,
+    /// How long the API server keeps an Event after its last write.
+    pub event_ttl: Duration,
+    /// How many bytes of watch history the API server keeps.
+    pub watch_history_bytes: usize,
     /// The webhook rules' configuration.
     pub admission: AdmissionConfig,
     /// How long the webhook keeps answering after shutdown begins.
@@ -62,6 +66,8 @@ impl Options {
             state_dir,
             rollout_delay: Some(Duration::from_millis(50)),
             server_minor: kube_sandbox::DEFAULT_MINOR,
+            event_ttl: Duration::from_secs(3600),
+            watch_history_bytes: 64 << 20,
             admission: AdmissionConfig::default(),
             drain_delay: Duration::ZERO,
         }
@@ -114,6 +120,8 @@ impl Environment {
             .deployment_controller(options.rollout_delay.is_some())
             .rollout_delay(options.rollout_delay.unwrap_or_default())
             .server_minor_version(options.server_minor)
+            .event_ttl(options.event_ttl)
+            .event_log_bytes(options.watch_history_bytes)
             .webhook_service(service, webhook.local_addr())
             // As a cluster is reached: HTTPS with a CA, and a token (the admin's, in the
             // kubeconfig), so RBAC objects applied in dev are enforced for other users.
@@ -303,6 +311,8 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
         state_dir: args.state_dir.clone(),
         rollout_delay: Some(args.rollout_delay),
         server_minor: args.server_minor,
+        event_ttl: args.event_ttl,
+        watch_history_bytes: args.watch_history_mib as usize * (1 << 20),
         admission: run::admission_config(&args.admission),
         drain_delay: Duration::ZERO,
     };

@@ -40,7 +40,7 @@ pub enum Error {
 #[derive(Clone, Debug)]
 pub struct SandboxBuilder {
     server_minor: u32,
-    log_capacity: usize,
+    retention: store::Retention,
     namespaces: Vec<String>,
     deployment_controller: bool,
     rollout_delay: Duration,
@@ -52,7 +52,7 @@ impl Default for SandboxBuilder {
     fn default() -> Self {
         SandboxBuilder {
             server_minor: crate::discovery::DEFAULT_MINOR,
-            log_capacity: 100_000,
+            retention: store::Retention::default(),
             namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             deployment_controller: true,
             rollout_delay: Duration::from_millis(200),
@@ -70,9 +70,24 @@ impl SandboxBuilder {
         self
     }
 
-    /// How many events the watch log keeps; a watch from an older version gets 410 Expired.
+    /// How many events the watch log keeps (default 100,000); a watch from an older version
+    /// gets 410 Expired.
     pub fn event_log_capacity(mut self, events: usize) -> Self {
-        self.log_capacity = events.max(1);
+        self.retention.log_events = events.max(1);
+        self
+    }
+
+    /// About how many bytes of objects (counted as JSON) the watch log keeps (default 64 MiB):
+    /// with [`Self::event_log_capacity`], what bounds the sandbox's memory under churn.
+    pub fn event_log_bytes(mut self, bytes: usize) -> Self {
+        self.retention.log_bytes = bytes;
+        self
+    }
+
+    /// How long an Event lives after its last write (default 1 h, kube-apiserver's
+    /// `--event-ttl`); then it is deleted, as etcd's lease deletes it.
+    pub fn event_ttl(mut self, ttl: Duration) -> Self {
+        self.retention.event_ttl = ttl;
         self
     }
 
@@ -125,7 +140,7 @@ impl SandboxBuilder {
 
     /// Builds the sandbox.
     pub fn build(self) -> Sandbox {
-        let store = store::Store::new(self.log_capacity);
+        let store = store::Store::new(self.retention);
         {
             let mut state = store.lock();
             if let Some(rt) = state.registry.get("", "v1", "namespaces") {

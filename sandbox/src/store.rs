@@ -1,8 +1,9 @@
 //! The object store: one global resourceVersion counter, the objects, and the event log watches
 //! replay from.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -46,8 +47,9 @@ pub struct Event {
     pub resource: Resource,
     /// Namespace of the object ("" when cluster-scoped).
     pub namespace: String,
-    /// The object after the change (before removal for DELETED, with the new resourceVersion).
-    pub object: Value,
+    /// The object after the change (before removal for DELETED, with the new resourceVersion),
+    /// shared with the store while it is the current version.
+    pub object: Arc<Value>,
     /// For MODIFIED: the labels before the change (so label-selector watches see an object
     /// entering or leaving the selection as ADDED or DELETED).
     pub previous_labels: Option<Value>,
@@ -101,13 +103,42 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// How long the event log and Events are kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// At most this many events in the watch log.
+    pub log_events: usize,
+    /// At most about this many bytes of objects (their JSON size) in the watch log.
+    pub log_bytes: usize,
+    /// Events (`v1` and `events.k8s.io/v1`) expire this long after their last write, as
+    /// kube-apiserver's `--event-ttl` (1 h by default) makes them.
+    pub event_ttl: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            log_events: 100_000,
+            log_bytes: 64 << 20,
+            event_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
 /// Everything behind the store lock.
 pub struct State {
     /// The last resourceVersion handed out.
     pub rv: u64,
-    objects: HashMap<Resource, BTreeMap<(String, String), Value>>,
-    log: VecDeque<Arc<Event>>,
-    log_capacity: usize,
+    objects: HashMap<Resource, BTreeMap<(String, String), Arc<Value>>>,
+    log: VecDeque<(Arc<Event>, usize)>,
+    log_bytes: usize,
+    retention: Retention,
+    /// Owner uid -> the objects whose ownerReferences name it: the garbage collector's index.
+    dependents: HashMap<String, BTreeSet<ObjectKey>>,
+    /// When each Event expires, oldest write first (an entry is stale when the Event was
+    /// written again since: `event_deadlines` holds its current deadline).
+    event_expiry: VecDeque<(Instant, ObjectKey)>,
+    event_deadlines: HashMap<ObjectKey, Instant>,
     /// The served resource types.
     pub registry: Registry,
     /// Server-side apply: the last configurations per object, so an apply reads only its
@@ -124,15 +155,22 @@ pub struct Store {
 }
 
 impl Store {
-    /// An empty store with the built-in types and the given event log length.
-    pub fn new(log_capacity: usize) -> Self {
+    /// An empty store with the built-in types, keeping history as `retention` says.
+    pub fn new(retention: Retention) -> Self {
         let (rv_tx, _) = watch::channel(0);
         Store {
             state: Mutex::new(State {
                 rv: 0,
                 objects: HashMap::new(),
                 log: VecDeque::new(),
-                log_capacity: log_capacity.max(1),
+                log_bytes: 0,
+                retention: Retention {
+                    log_events: retention.log_events.max(1),
+                    ..retention
+                },
+                dependents: HashMap::new(),
+                event_expiry: VecDeque::new(),
+                event_deadlines: HashMap::new(),
                 registry: Registry::builtin(),
                 applied: HashMap::new(),
                 defaulter: Defaulter::new(),
@@ -203,11 +241,12 @@ impl State {
         self.objects
             .get(res)?
             .get(&(ns.to_string(), name.to_string()))
+            .map(|v| &**v)
     }
 
     /// Whether the log still holds every event after `rv`; `Expired` if not.
     pub fn replays_from(&self, rv: u64) -> Result<(), Expired> {
-        let oldest = self.log.front().map(|e| e.rv).unwrap_or(self.rv + 1);
+        let oldest = self.log.front().map(|(e, _)| e.rv).unwrap_or(self.rv + 1);
         // The log is complete from `oldest`; anything older than oldest-1 was dropped.
         if rv + 1 < oldest && rv < self.rv {
             return Err(Expired { oldest });
@@ -234,6 +273,7 @@ impl State {
             .into_iter()
             .flat_map(move |map| map.range((start.clone(), Bound::Unbounded)))
             .take_while(move |((n, _), _)| ns.is_none_or(|ns| n == ns))
+            .map(|(k, v)| (k, &**v))
     }
 
     /// Objects of a resource, optionally in one namespace, in (namespace, name) order.
@@ -253,23 +293,77 @@ impl State {
 
     /// Stores an object under a new resourceVersion and logs the event; returns the stored object.
     pub fn put(&mut self, rt: &ResourceType, mut obj: Value, kind: EventType) -> Value {
+        self.expire_events();
         self.rv += 1;
         let rv = self.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
+        let key: ObjectKey = (rt.storage(), ns.clone(), name.clone());
+        let stored = Arc::new(obj);
         let previous = self
             .objects
             .entry(rt.storage())
             .or_default()
-            .insert((ns.clone(), name), obj.clone());
+            .insert((ns.clone(), name), stored.clone());
+        self.index_owners(&key, previous.as_deref(), Some(&stored));
+        if rt.kind == "Event" {
+            let deadline = Instant::now() + self.retention.event_ttl;
+            self.event_deadlines.insert(key.clone(), deadline);
+            self.event_expiry.push_back((deadline, key));
+        }
         let previous_labels = previous.map(|p| {
             p.pointer("/metadata/labels")
                 .cloned()
                 .unwrap_or(Value::Null)
         });
-        self.log_event(rv, kind, rt.storage(), ns, obj.clone(), previous_labels);
-        obj
+        self.log_event(rv, kind, rt.storage(), ns, stored.clone(), previous_labels);
+        Arc::unwrap_or_clone(stored)
+    }
+
+    /// Keeps [`State::dependents`] in step with an object's owner references.
+    fn index_owners(&mut self, key: &ObjectKey, before: Option<&Value>, after: Option<&Value>) {
+        let owners = |obj: Option<&Value>| -> BTreeSet<String> {
+            obj.and_then(|o| o.pointer("/metadata/ownerReferences")?.as_array().cloned())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["uid"].as_str().map(String::from))
+                .collect()
+        };
+        let (before, after) = (owners(before), owners(after));
+        for uid in before.difference(&after) {
+            if let Some(set) = self.dependents.get_mut(uid) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(uid);
+                }
+            }
+        }
+        for uid in after.difference(&before) {
+            self.dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    /// Removes the Events whose time to live has passed, as etcd's leases do (watchers see
+    /// them DELETED). Called before every write and by lists of Events.
+    pub fn expire_events(&mut self) {
+        let now = Instant::now();
+        while let Some((deadline, _)) = self.event_expiry.front() {
+            if *deadline > now {
+                break;
+            }
+            let Some((deadline, key)) = self.event_expiry.pop_front() else {
+                break;
+            };
+            if self.event_deadlines.get(&key) == Some(&deadline) {
+                self.event_deadlines.remove(&key);
+                let (res, ns, name) = key;
+                self.remove(&res, &ns, &name, false);
+            }
+        }
     }
 
     fn log_event(
@@ -278,27 +372,38 @@ impl State {
         kind: EventType,
         resource: Resource,
         namespace: String,
-        object: Value,
+        object: Arc<Value>,
         previous_labels: Option<Value>,
     ) {
-        self.log.push_back(Arc::new(Event {
-            rv,
-            kind,
-            resource,
-            namespace,
-            object,
-            previous_labels,
-        }));
-        while self.log.len() > self.log_capacity {
-            self.log.pop_front();
+        // The JSON size stands for the memory an event holds (its in-memory form is a small
+        // multiple of it); the object itself is shared with the store while it is current.
+        let bytes = serde_json::to_vec(&*object).map_or(0, |v| v.len());
+        self.log.push_back((
+            Arc::new(Event {
+                rv,
+                kind,
+                resource,
+                namespace,
+                object,
+                previous_labels,
+            }),
+            bytes,
+        ));
+        self.log_bytes += bytes;
+        while self.log.len() > self.retention.log_events
+            || (self.log_bytes > self.retention.log_bytes && self.log.len() > 1)
+        {
+            if let Some((_, size)) = self.log.pop_front() {
+                self.log_bytes -= size;
+            }
         }
     }
 
     /// Events after `rv`, or `Expired` when the log no longer reaches back that far.
     pub fn events_since(&self, rv: u64) -> Result<Vec<Arc<Event>>, Expired> {
         self.replays_from(rv)?;
-        let start = self.log.partition_point(|e| e.rv <= rv);
-        Ok(self.log.range(start..).cloned().collect())
+        let start = self.log.partition_point(|(e, _)| e.rv <= rv);
+        Ok(self.log.range(start..).map(|(e, _)| e.clone()).collect())
     }
 
     /// Deletes an object the way DELETE does: with finalizers it only gets a deletionTimestamp;
@@ -357,21 +462,27 @@ impl State {
 
     /// Removes an object now, logs DELETED, and collects what depended on it.
     pub fn remove(&mut self, res: &Resource, ns: &str, name: &str, orphan: bool) -> Option<Value> {
-        let mut obj = self
+        let removed = self
             .objects
             .get_mut(res)?
             .remove(&(ns.to_string(), name.to_string()))?;
+        let key: ObjectKey = (res.clone(), ns.to_string(), name.to_string());
+        self.index_owners(&key, Some(&removed), None);
+        self.event_deadlines.remove(&key);
+        let mut obj = Arc::unwrap_or_clone(removed);
         self.rv += 1;
         let rv = self.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        let logged = Arc::new(obj);
         self.log_event(
             rv,
             EventType::Deleted,
             res.clone(),
             ns.to_string(),
-            obj.clone(),
+            logged.clone(),
             None,
         );
+        let obj = Arc::unwrap_or_clone(logged);
         self.applied
             .remove(&(res.clone(), ns.to_string(), name.to_string()));
         if res.0.is_empty() && res.1 == "services" {
@@ -462,18 +573,11 @@ impl State {
     /// The garbage collector: objects owned by `uid` lose that owner reference; those left with
     /// no owner are deleted (unless orphaning, which only drops the reference).
     fn collect_dependents(&mut self, uid: &str, orphan: bool) {
-        let mut dependents = Vec::new();
-        for (res, map) in &self.objects {
-            for ((ns, name), obj) in map {
-                let owned = obj
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid));
-                if owned {
-                    dependents.push((res.clone(), ns.clone(), name.clone()));
-                }
-            }
-        }
+        let dependents: Vec<ObjectKey> = self
+            .dependents
+            .get(uid)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default();
         for (res, ns, name) in dependents {
             let Some(obj) = self.get(&res, &ns, &name).cloned() else {
                 continue;

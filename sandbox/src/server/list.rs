@@ -26,7 +26,12 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
         None | Some("") => None,
         Some(token) => Some(ListContinue::decode(token)?),
     };
-    let state = ctx.inner.store.lock();
+    let mut state = ctx.inner.store.lock();
+    if ctx.rt.kind == "Event" {
+        // Expired Events are gone even when nothing has been written since.
+        state.expire_events();
+    }
+    let state = state;
     // Every page reports the version of the first, so a watch from it replays whatever
     // changed while the pages were read.
     let list_rv = match &from {

@@ -1,0 +1,173 @@
+//! What the sandbox keeps over time, as a long `dev` session or a churn benchmark needs: Events
+//! expire after their time to live, the watch history is bounded by size, and the garbage
+//! collector finds dependents through an owner index that follows every write.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, ObjectReference};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Resource, ResourceExt};
+use kube_sandbox::Sandbox;
+use kube_sandbox::testing::eventually;
+use serde_json::json;
+
+use crate::support::fixtures::client;
+
+fn event(name: &str) -> Event {
+    Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("ConfigMap".into()),
+            name: Some("c".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        reason: Some("Tested".into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn events_are_deleted_when_their_time_to_live_has_passed_and_watchers_see_it() {
+    let sandbox = Sandbox::builder()
+        .event_ttl(Duration::from_millis(300))
+        .build();
+    let events = Api::<Event>::default_namespaced(client(&sandbox));
+    let created = events
+        .create(&PostParams::default(), &event("e1"))
+        .await
+        .unwrap();
+    let mut watch = events
+        .watch(
+            &WatchParams::default(),
+            &created.resource_version().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    // A list sweeps expired Events even when nothing else is written.
+    eventually("the Event expires", || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let deleted = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("the watch reports the expiry")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&deleted, WatchEvent::Deleted(e) if e.name_any() == "e1"),
+        "{deleted:?}"
+    );
+}
+
+#[tokio::test]
+async fn events_live_an_hour_by_default() {
+    let sandbox = Sandbox::new();
+    let events = Api::<Event>::default_namespaced(client(&sandbox));
+    events
+        .create(&PostParams::default(), &event("e1"))
+        .await
+        .unwrap();
+    let configmaps = Api::<ConfigMap>::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    assert_eq!(
+        events.list(&Default::default()).await.unwrap().items.len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_watch_history_is_bounded_by_size_and_an_older_resume_must_relist() {
+    let sandbox = Sandbox::builder().event_log_bytes(20_000).build();
+    let configmaps = Api::<ConfigMap>::default_namespaced(client(&sandbox));
+    let mut first_rv = None;
+    for i in 0..100 {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(format!("c{i}"));
+        cm.data = Some([("payload".to_owned(), "x".repeat(1000))].into());
+        let created = configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+        first_rv.get_or_insert(created.resource_version().unwrap());
+    }
+    // About 1.2 KB per event: the history holds the last ~16 writes, not all 100.
+    let mut old = configmaps
+        .watch(&WatchParams::default(), first_rv.as_deref().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    let answer = tokio::time::timeout(Duration::from_secs(10), old.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&answer, Ok(WatchEvent::Error(e)) if e.code == 410),
+        "a resume from the first write is Expired: {answer:?}"
+    );
+    let recent = sandbox.resource_version() - 5;
+    let mut watch = configmaps
+        .watch(&WatchParams::default(), &recent.to_string())
+        .await
+        .unwrap()
+        .boxed();
+    let replayed = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(replayed, WatchEvent::Added(_)), "{replayed:?}");
+}
+
+#[tokio::test]
+async fn a_dependent_that_dropped_its_owner_reference_outlives_the_owner() {
+    let sandbox = Sandbox::new();
+    let configmaps = Api::<ConfigMap>::default_namespaced(client(&sandbox));
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = configmaps
+        .create(&PostParams::default(), &owner)
+        .await
+        .unwrap();
+    let reference = owner.controller_owner_ref(&()).unwrap();
+    for name in ["kept", "collected"] {
+        let mut dependent = ConfigMap::default();
+        dependent.metadata.name = Some(name.into());
+        dependent.metadata.owner_references = Some(vec![reference.clone()]);
+        configmaps
+            .create(&PostParams::default(), &dependent)
+            .await
+            .unwrap();
+    }
+    // The owner index follows updates: "kept" is no longer a dependent.
+    configmaps
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+        )
+        .await
+        .unwrap();
+    configmaps
+        .delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(configmaps.get_opt("collected").await.unwrap().is_none());
+    assert!(configmaps.get_opt("kept").await.unwrap().is_some());
+}
