@@ -121,7 +121,7 @@ pub struct DevArgs {
     /// kube-apiserver's --event-ttl (a long session would otherwise pile them up).
     #[arg(long, env = "MYAPP_DEV_EVENT_TTL", default_value = "1h", value_parser = parse_duration)]
     pub event_ttl: Duration,
-    /// How much watch history (MiB of objects, counted as JSON) the in-memory API server keeps
+    /// How much watch history (MiB of memory) the in-memory API server keeps
     /// for watches that resume; older resumes get 410 Expired and relist, as on a real server.
     #[arg(long, env = "MYAPP_DEV_WATCH_HISTORY_MIB", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..))]

@@ -77,7 +77,7 @@ impl SandboxBuilder {
         self
     }
 
-    /// About how many bytes of objects (counted as JSON) the watch log keeps (default 64 MiB):
+    /// About how many bytes of memory the watch log's objects take (default 64 MiB):
     /// with [`Self::event_log_capacity`], what bounds the sandbox's memory under churn.
     pub fn event_log_bytes(mut self, bytes: usize) -> Self {
         self.retention.log_bytes = bytes;

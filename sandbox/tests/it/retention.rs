@@ -107,7 +107,7 @@ async fn the_watch_history_is_bounded_by_size_and_an_older_resume_must_relist() 
             .unwrap();
         first_rv.get_or_insert(created.resource_version().unwrap());
     }
-    // About 1.2 KB per event: the history holds the last ~16 writes, not all 100.
+    // About 2 KB of memory per event: the history holds the last ~10 writes, not all 100.
     let mut old = configmaps
         .watch(&WatchParams::default(), first_rv.as_deref().unwrap())
         .await
