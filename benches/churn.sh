@@ -46,6 +46,6 @@ while [ "$(date +%s)" -lt "$end" ]; do
   t=$(date +%s%N); kubectl apply -f "$dir/apps.yaml" >/dev/null; apply=$(seconds "$t")
   t=$(date +%s%N); kubectl apply -f "$dir/edited.yaml" >/dev/null; edit=$(seconds "$t")
   t=$(date +%s%N); kubectl delete -f "$dir/apps.yaml" --wait=true >/dev/null; delete=$(seconds "$t")
-  events=$(kubectl get events -A --no-headers 2>/dev/null | wc -l)
+  events=$(kubectl get events.events.k8s.io -A --no-headers 2>/dev/null | wc -l)
   echo "$cycle $apply $edit $delete $(rss_mib) $events"
 done
