@@ -10,7 +10,7 @@ use crate::{crd::EnvVar, telemetry::LogFormat};
 /// Deployment and Service equal to its spec, and the admission webhook that validates and
 /// defaults MyApps.
 #[derive(Debug, Parser)]
-#[command(name = "myapp-operator", version, propagate_version = true)]
+#[command(name = "myapp-operator", version = crate::version::LONG, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
