@@ -13,3 +13,4 @@ mod observe;
 mod rbac;
 mod run;
 mod support;
+mod user_roles;
