@@ -16,6 +16,9 @@ RUN mkdir -p src webhook/src sandbox/src \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
     && cargo build --release --locked --no-default-features --target x86_64-unknown-linux-musl
 COPY . .
+# The build context has no .git: `--build-arg MYAPP_GIT_COMMIT=$(git rev-parse HEAD)` names the
+# commit that `--version` and myapp_build_info report (build.rs), else they say `unknown`.
+ARG MYAPP_GIT_COMMIT
 # The real sources are newer than the placeholders, so only workspace crates rebuild here.
 RUN touch src/main.rs src/lib.rs webhook/src/lib.rs sandbox/src/lib.rs \
     && cargo build --release --locked --no-default-features --target x86_64-unknown-linux-musl \

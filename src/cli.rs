@@ -10,7 +10,7 @@ use crate::{crd::EnvVar, telemetry::LogFormat};
 /// Deployment and Service equal to its spec, and the admission webhook that validates and
 /// defaults MyApps.
 #[derive(Debug, Parser)]
-#[command(name = "myapp-operator", version, propagate_version = true)]
+#[command(name = "myapp-operator", version = crate::version::LONG, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -51,7 +51,8 @@ pub struct CertsArgs {
     #[arg(long, env = "MYAPP_CERTS_CERT_DAYS", default_value_t = crate::certs::CERT_DAYS,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub cert_days: u32,
-    /// Replace existing files in --out.
+    /// Replace existing files in --out. Deliberately a flag only, with no environment fallback:
+    /// overwriting a CA key should never come from a variable left in a shell.
     #[arg(long)]
     pub force: bool,
 }
@@ -237,6 +238,29 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The README promises an environment fallback for every flag but `certs --force`.
+    #[test]
+    fn every_flag_but_force_has_an_environment_fallback() {
+        let cli = Cli::command();
+        let mut checked = 0;
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") || (sub.get_name(), id) == ("certs", "force") {
+                    continue;
+                }
+                let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+                assert!(
+                    env.starts_with("MYAPP_"),
+                    "{} --{id} has no MYAPP_ environment fallback",
+                    sub.get_name()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "{checked}");
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::{
     Error,
     cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus},
-    metrics::{Metrics, ResultLabels},
+    metrics::{Metrics, ReconcileResult, queue::Queue},
     plan::{self, Observed, PENDING_GRACE},
     recent::{RecentWrites, Waiting},
     resources::FIELD_MANAGER,
@@ -133,6 +133,7 @@ pub async fn run(
     let (apps_listed, deployments_listed, services_listed) =
         (Listed::default(), Listed::default(), Listed::default());
 
+    let queue = metrics.queue.clone();
     let (apps, apps_writer) = reflector::store::<MyApp>();
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
         .default_backoff()
@@ -140,7 +141,8 @@ pub async fn run(
         .reflect(apps_writer)
         .inspect_ok(on_list_done(&listed, &apps_listed))
         .try_filter(|event| future::ready(needs_reconcile(event)))
-        .applied_objects();
+        .applied_objects()
+        .inspect_ok(queue_self(&queue));
 
     let (deployments, deployments_writer) = reflector::store::<CachedDeployment>();
     let deployment_events = watcher(
@@ -150,14 +152,24 @@ pub async fn run(
     .default_backoff()
     .reflect(deployments_writer)
     .inspect_ok(on_list_done(&listed, &deployments_listed))
-    .touched_objects();
+    .touched_objects()
+    .inspect_ok(queue_owner(&queue));
 
     let (services, services_writer) = reflector::store::<CachedService>();
     let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
         .reflect(services_writer)
         .inspect_ok(on_list_done(&listed, &services_listed))
-        .touched_objects();
+        .touched_objects()
+        .inspect_ok(queue_owner(&queue));
+    let relists = {
+        let (apps, queue) = (apps.clone(), queue.clone());
+        relists.inspect(move |()| {
+            for app in apps.state() {
+                queue.triggered(app.namespace().as_deref(), &app.name_any());
+            }
+        })
+    };
 
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
@@ -197,20 +209,49 @@ pub async fn run(
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
+        .for_each(|result| {
             match result {
                 Ok((object, _)) => debug!(%object, "Reconciled"),
-                Err(controller::Error::ReconcilerFailed(error, object)) => {
-                    warn!(%object, %error, "Reconcile failed")
+                // Logged by `error_policy`, with the attempt and the retry delay.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                // A child's delete (the garbage collector removing it after its MyApp) triggers
+                // the MyApp, which is gone by then: the normal end of every delete.
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    queue.started(object.namespace.as_deref(), &object.name);
+                    debug!(%object, "MyApp gone, nothing to reconcile");
                 }
                 Err(error) => warn!(%error, "Controller event"),
             }
+            future::ready(())
         });
     tokio::select! {
         () = controller => {}
         () = announce_synced => {}
     }
+    queue.clear();
     info!("Controller stopped");
+}
+
+/// Counts a MyApp from its own watch as waiting.
+fn queue_self(queue: &Arc<Queue>) -> impl FnMut(&MyApp) + Send + Sync + 'static {
+    let queue = queue.clone();
+    move |app| queue.triggered(app.namespace().as_deref(), &app.name_any())
+}
+
+/// Counts the MyApp owning a child as waiting, found as the Controller finds it (kube's
+/// `trigger_owners`: every owner reference of MyApp's kind and group).
+fn queue_owner<K: Resource>(queue: &Arc<Queue>) -> impl FnMut(&K) + Send + Sync + 'static {
+    let queue = queue.clone();
+    move |child| {
+        let meta = child.meta();
+        for owner in meta.owner_references.iter().flatten() {
+            if let Some(app) =
+                ObjectRef::<MyApp>::from_owner_ref(meta.namespace.as_deref(), owner, ())
+            {
+                queue.triggered(app.namespace.as_deref(), &app.name);
+            }
+        }
+    }
 }
 
 /// Signals `relisted` each time a watch's cache has swapped in a complete (re)list, and marks
@@ -293,7 +334,16 @@ fn needs_reconcile(event: &watcher::Event<MyApp>) -> bool {
 /// Brings one MyApp's children and status in line with its spec.
 pub async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let span = info_span!("reconcile", name = %app.name_any(), namespace = ?app.namespace());
+    ctx.metrics
+        .queue
+        .started(app.namespace().as_deref(), &app.name_any());
+    let _running = ctx.metrics.running();
+    // Not `name`: a JSON log line's span object has its own `name` key (the span's).
+    let span = info_span!(
+        "reconcile",
+        namespace = %app.namespace().unwrap_or_default(),
+        app = %app.name_any(),
+    );
     let deadline = ctx.config.reconcile_timeout;
     let result = tokio::time::timeout(deadline, reconcile_once(&app, &ctx).instrument(span))
         .await
@@ -301,11 +351,18 @@ pub async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Err
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    let label = ResultLabels {
-        result: if result.is_ok() { "success" } else { "error" },
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            ctx.metrics.reconciled(ReconcileResult::Error);
+            return Err(error);
+        }
     };
-    ctx.metrics.reconciles.get_or_create(&label).inc();
-    let outcome = result?;
+    ctx.metrics.reconciled(if outcome.recheck.is_some() {
+        ReconcileResult::Requeue
+    } else {
+        ReconcileResult::Success
+    });
     if outcome.writes == 0 {
         ctx.metrics.reconcile_noops.inc();
     }

@@ -64,7 +64,7 @@ pub const NAME_RULE: &str =
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
     ),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas", description = "Desired replicas (empty: scaled by someone else)"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas", description = "Pods the Deployment runs (whoever sets the count: spec.replicas or an autoscaler)"),
     printcolumn(name = "Available", type_ = "integer", json_path = ".status.availableReplicas", description = "Replicas available to serve"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Pending, Progressing, Running or Degraded"),
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.image", description = "Container image", priority = "1"),
@@ -74,6 +74,7 @@ pub const NAME_RULE: &str =
         .reason(kube::core::Reason::FieldValueInvalid),
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = unwrap_descriptions)]
 pub struct MyAppSpec {
     /// Number of pods to run. When unset, the operator leaves the Deployment's replica count to
     /// whoever scales it (a HorizontalPodAutoscaler, `kubectl scale`).
@@ -103,6 +104,7 @@ pub struct MyAppSpec {
 
 /// One environment variable.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[schemars(transform = unwrap_descriptions)]
 pub struct EnvVar {
     /// Variable name: letters, digits, `_`, `-` and `.`, not starting with a digit.
     #[schemars(
@@ -120,6 +122,7 @@ pub struct EnvVar {
 /// What the operator last observed of a MyApp's children.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = unwrap_descriptions)]
 pub struct MyAppStatus {
     /// The `metadata.generation` of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +162,25 @@ pub enum Phase {
     Running,
     /// The rollout failed, or fewer replicas than desired have been available for too long.
     Degraded,
+}
+
+/// `kubectl explain` prints a description as it is, so a doc comment's line breaks would come
+/// out mid-sentence: a single line break becomes a space, a blank line stays a paragraph break.
+fn unwrap_descriptions(schema: &mut schemars::Schema) {
+    if let Some(serde_json::Value::String(text)) = schema.get_mut("description") {
+        *text = text
+            .split("\n\n")
+            .map(|paragraph| {
+                paragraph
+                    .split('\n')
+                    .map(str::trim)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n");
+    }
+    schemars::transform::transform_subschemas(&mut unwrap_descriptions, schema);
 }
 
 fn image_rule() -> String {

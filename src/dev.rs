@@ -345,7 +345,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
     println!("admin: http://{admin_addr}");
     println!();
     println!("In another terminal, after the export line above:");
-    for line in NEXT_STEPS {
+    for line in next_steps(!args.admission.default_env.is_empty()) {
         println!("  {line}");
     }
     println!("Ctrl-C stops everything.");
@@ -359,11 +359,22 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// What to type next, printed by `dev` (paths relative to the repository root).
+/// What to type next, printed by `dev` (paths relative to the repository root). The webhook
+/// injects env defaults only when `--default-env` configured some: say so only then.
+pub fn next_steps(defaults_configured: bool) -> Vec<&'static str> {
+    let mut steps = NEXT_STEPS.to_vec();
+    if defaults_configured {
+        steps[0] = "kubectl apply -f deploy/examples/myapp.yaml                               # admitted, defaulted, reconciled";
+        steps[2] = "kubectl get myapp web -o yaml                                             # --default-env injected, status reported";
+    }
+    steps
+}
+
+/// [`next_steps`] without `--default-env`.
 pub const NEXT_STEPS: &[&str] = &[
-    "kubectl apply -f deploy/examples/myapp.yaml                               # admitted, defaulted, reconciled",
+    "kubectl apply -f deploy/examples/myapp.yaml                               # admitted, reconciled",
     "kubectl get myapps -w                                                     # watch the phase move to Running",
-    "kubectl get myapp web -o yaml                                             # defaults injected, status reported",
+    "kubectl get myapp web -o yaml                                             # spec and status as reported",
     "kubectl get deployments,services                                          # the children",
     "kubectl apply -f deploy/examples/invalid-replicas-negative.yaml           # refused by the CRD schema",
     "kubectl apply -f deploy/examples/invalid-image-digest-wrong-length.yaml   # refused by the webhook",

@@ -39,5 +39,7 @@ pub mod run;
 pub mod status;
 /// Logging setup.
 pub mod telemetry;
+/// Version, git commit and compiler of this binary.
+pub mod version;
 
 pub use error::Error;

@@ -1,3 +1,5 @@
+use std::process::ExitCode;
+
 use anyhow::Context;
 use clap::Parser;
 use myapp_operator::{
@@ -5,7 +7,17 @@ use myapp_operator::{
     crd, run, telemetry,
 };
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    match run_command() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {}", report(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_command() -> anyhow::Result<()> {
     // One rustls crypto provider for the whole process: kube's client and the webhook server.
     let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
@@ -33,6 +45,20 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The error and those of its causes that no message before already quotes. Our messages end
+/// with their source's (`failed to read tls.crt: No such file or directory`), so anyhow's own
+/// `Caused by:` list would print each text once per level of the chain.
+fn report(error: &anyhow::Error) -> String {
+    let mut printed: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !printed.iter().any(|p| p.contains(&text)) {
+            printed.push(text);
+        }
+    }
+    printed.join("\n\nCaused by: ")
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -1,23 +1,91 @@
-//! The operator's Prometheus metrics, registered in one `Registry` that `/metrics` encodes.
+//! The process's Prometheus metrics, in one `Registry` that `/metrics` encodes.
+//!
+//! Everything the operator defines is under one prefix, `myapp_` (the webhook server's series
+//! too: `myapp_webhook_*`), named the Prometheus way (`_total` on counters, base units in the
+//! name); the process series carry the standard unprefixed names every dashboard knows. Every
+//! labelled series exists at 0 from the start, so `rate()` sees its first increment.
+//!
+//! | series | type | what |
+//! |---|---|---|
+//! | `myapp_reconcile_total{result}` | counter | reconciles by `success`, `requeue` (asked to look again before the resync), `error` |
+//! | `myapp_reconcile_errors_total` | counter | failed reconciles |
+//! | `myapp_reconcile_duration_seconds` | histogram | time of one reconcile |
+//! | `myapp_reconcile_noop_total` | counter | reconciles that wrote nothing (the steady state) |
+//! | `myapp_reconcile_writes_total{target}` | counter | writes by `deployment`, `service`, `status`, `replicas_handoff` |
+//! | `myapp_reconciles_in_flight` | gauge | reconciles running now |
+//! | `myapp_reconcile_queue_depth` | gauge | MyApps waiting to be reconciled (approximate: see [`queue`]) |
+//! | `myapp_leader`, `myapp_caches_synced` | gauge | 1 while this replica leads; once its caches hold a full list |
+//! | `myapp_webhook_*` | | the webhook server's (see the `webhook` crate's README) |
+//! | `myapp_build_info{version,git_commit,rustc}` | info | always 1 |
+//! | `process_*` | | CPU seconds, resident memory, open and max fds, start time (see [`process`]) |
+
+use std::{fmt::Write as _, sync::Arc};
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
     registry::Registry,
 };
 
-/// Result of one reconcile.
+pub mod process;
+pub mod queue;
+
+/// The prefix of every series the operator defines.
+pub const PREFIX: &str = "myapp";
+
+/// How one reconcile ended: the `result` label of `myapp_reconcile_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ReconcileResult {
+    /// Done; the next look is the resync.
+    Success,
+    /// Done for now, but asked to look again soon (a rollout under way, a write not yet seen).
+    Requeue,
+    /// Failed; retried with backoff.
+    Error,
+}
+
+impl ReconcileResult {
+    /// Every result, in label order.
+    pub const ALL: [Self; 3] = [Self::Success, Self::Requeue, Self::Error];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Requeue => "requeue",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl EncodeLabelValue for ReconcileResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Labels of `myapp_reconcile_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `success` or `error`.
-    pub result: &'static str,
+    /// How the reconcile ended.
+    pub result: ReconcileResult,
 }
+
+/// The write targets of `myapp_reconcile_writes_total`.
+pub const WRITE_TARGETS: [&str; 4] = ["deployment", "service", "status", "replicas_handoff"];
 
 /// Kind of write a reconcile made.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `deployment`, `service`, `status` or `replicas_handoff`.
+    /// One of [`WRITE_TARGETS`].
     pub target: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    git_commit: &'static str,
+    rustc: &'static str,
 }
 
 /// Controller metrics.
@@ -25,12 +93,18 @@ pub struct WriteLabels {
 pub struct Metrics {
     /// Reconciles by result.
     pub reconciles: Family<ResultLabels, Counter>,
+    /// Failed reconciles.
+    pub reconcile_errors: Counter,
     /// Reconciles that made no write at all (the steady state).
     pub reconcile_noops: Counter,
     /// Writes made by reconciles, by target.
     pub writes: Family<WriteLabels, Counter>,
     /// Reconcile duration in seconds.
     pub reconcile_duration: Histogram,
+    /// Reconciles running now.
+    pub in_flight: Gauge,
+    /// MyApps waiting for a reconcile to start.
+    pub queue: Arc<queue::Queue>,
     /// 1 while this replica holds the leader lease (or leader election is off).
     pub leader: Gauge,
     /// 1 once every watch cache of the leading controller holds a complete list.
@@ -38,23 +112,48 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Creates the metrics and registers them under the `myapp` prefix.
+    /// Creates the controller metrics, every labelled series at 0, and registers them, the
+    /// build info and the process metrics.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             reconciles: Family::default(),
+            reconcile_errors: Counter::default(),
             reconcile_noops: Counter::default(),
             writes: Family::default(),
             reconcile_duration: Histogram::new([
                 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
+            in_flight: Gauge::default(),
+            queue: Arc::default(),
             leader: Gauge::default(),
             caches_synced: Gauge::default(),
         };
-        let registry = registry.sub_registry_with_prefix("myapp");
+        for result in ReconcileResult::ALL {
+            let _ = metrics.reconciles.get_or_create(&ResultLabels { result });
+        }
+        for target in WRITE_TARGETS {
+            let _ = metrics.writes.get_or_create(&WriteLabels { target });
+        }
+        registry.register_collector(Box::new(process::Collector));
+        let registry = registry.sub_registry_with_prefix(PREFIX);
+        registry.register(
+            "build",
+            "Version, git commit and compiler of this binary",
+            Info::new(BuildLabels {
+                version: crate::version::VERSION,
+                git_commit: crate::version::GIT_COMMIT,
+                rustc: crate::version::RUSTC,
+            }),
+        );
         registry.register(
             "reconcile",
-            "Reconciles by result",
+            "Reconciles by result: success, requeue (look again soon) or error",
             metrics.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed",
+            metrics.reconcile_errors.clone(),
         );
         registry.register(
             "reconcile_noop",
@@ -70,6 +169,17 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Reconcile duration",
             metrics.reconcile_duration.clone(),
+        );
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now",
+            metrics.in_flight.clone(),
+        );
+        registry.register(
+            "reconcile_queue_depth",
+            "MyApps triggered by a watch event or relist whose reconcile has not started \
+             (approximate: scheduled retries and resyncs are not counted)",
+            metrics.queue.gauge(),
         );
         registry.register(
             "leader",
@@ -88,11 +198,43 @@ impl Metrics {
     pub fn wrote(&self, target: &'static str) {
         self.writes.get_or_create(&WriteLabels { target }).inc();
     }
+
+    /// Counts one finished reconcile.
+    pub fn reconciled(&self, result: ReconcileResult) {
+        self.reconciles
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        if result == ReconcileResult::Error {
+            self.reconcile_errors.inc();
+        }
+    }
+
+    /// Marks one reconcile running until the guard drops (also when it is cancelled).
+    pub fn running(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+}
+
+/// A reconcile counted in `myapp_reconciles_in_flight`.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn encode(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
 
     #[test]
     fn metrics_render_in_prometheus_text_with_the_prefix() {
@@ -100,23 +242,46 @@ mod tests {
         let m = Metrics::register(&mut registry);
         m.reconcile_noops.inc();
         m.wrote("status");
-        m.reconciles
-            .get_or_create(&ResultLabels { result: "success" })
-            .inc();
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        assert!(text.contains("myapp_reconcile_noop_total 1"), "{text}");
-        assert!(
-            text.contains("myapp_reconcile_writes_total{target=\"status\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("myapp_reconcile_total{result=\"success\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE myapp_reconcile_duration_seconds histogram"),
-            "{text}"
-        );
+        m.reconciled(ReconcileResult::Success);
+        m.reconciled(ReconcileResult::Error);
+        let text = encode(&registry);
+        for line in [
+            "myapp_reconcile_noop_total 1",
+            "myapp_reconcile_writes_total{target=\"status\"} 1",
+            "myapp_reconcile_total{result=\"success\"} 1",
+            "myapp_reconcile_total{result=\"error\"} 1",
+            "myapp_reconcile_errors_total 1",
+            "# TYPE myapp_reconcile_duration_seconds histogram",
+            "# TYPE myapp_build info",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_labelled_series_is_there_at_zero_before_anything_happened() {
+        let mut registry = Registry::default();
+        let _m = Metrics::register(&mut registry);
+        let text = encode(&registry);
+        for result in ["success", "requeue", "error"] {
+            let line = format!("myapp_reconcile_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        for target in WRITE_TARGETS {
+            let line = format!("myapp_reconcile_writes_total{{target=\"{target}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_cancelled_reconcile_leaves_the_in_flight_gauge() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let first = m.running();
+        let second = m.running();
+        assert_eq!(m.in_flight.get(), 2);
+        drop(first);
+        drop(second);
+        assert_eq!(m.in_flight.get(), 0);
     }
 }

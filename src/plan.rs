@@ -75,12 +75,35 @@ impl Plan {
     }
 }
 
+/// The Event reason for a MyApp entering `status`'s phase: what happened, in the CamelCase of
+/// Kubernetes' own reasons (a Deployment's `ScalingReplicaSet`), not the phase's name.
+fn event_reason(status: &MyAppStatus) -> &'static str {
+    match status.phase {
+        Some(Phase::Pending) | None => "RolloutPending",
+        Some(Phase::Progressing) => "RollingOut",
+        Some(Phase::Running) => "RolloutComplete",
+        Some(Phase::Degraded) => {
+            let deadline = status.conditions.iter().any(|c| {
+                c.type_ == "Degraded"
+                    && c.status == "True"
+                    && c.reason == "ProgressDeadlineExceeded"
+            });
+            if deadline {
+                "RolloutFailed"
+            } else {
+                "ReplicasUnavailable"
+            }
+        }
+    }
+}
+
 /// An Event about a phase change of the MyApp.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PhaseEvent {
     /// `Warning` rather than `Normal`.
     pub warning: bool,
-    /// The new phase's name.
+    /// What happened: `RolloutPending`, `RollingOut`, `RolloutComplete`, `RolloutFailed` or
+    /// `ReplicasUnavailable`.
     pub reason: String,
     /// What changed, for people.
     pub note: String,
@@ -154,7 +177,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     let status = status::status(&reported, rollout.as_ref(), now);
     if reported.status.as_ref() != Some(&status) {
         let before = reported.status.as_ref().and_then(|s| s.phase);
-        plan.event = phase_event(before, status.phase);
+        plan.event = phase_event(before, &status);
         plan.status = Some(status);
     }
     plan
@@ -196,14 +219,14 @@ fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Op
         .flatten()
 }
 
-fn phase_event(before: Option<Phase>, after: Option<Phase>) -> Option<PhaseEvent> {
-    let after = after?;
+fn phase_event(before: Option<Phase>, status: &MyAppStatus) -> Option<PhaseEvent> {
+    let after = status.phase?;
     if before == Some(after) {
         return None;
     }
     Some(PhaseEvent {
         warning: after == Phase::Degraded,
-        reason: format!("{after:?}"),
+        reason: event_reason(status).into(),
         note: match before {
             Some(before) => format!("phase changed from {before:?} to {after:?}"),
             None => format!("phase is {after:?}"),
@@ -315,7 +338,7 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "status Running, event Running",
+                "status Running, event RolloutComplete",
             ),
             (
                 "steady state: no write, no Event, the resync period",
@@ -358,7 +381,7 @@ mod tests {
                     awaiting_rollout: Some(PENDING_GRACE),
                     ..Observed::default()
                 },
-                "status Pending, event Pending",
+                "status Pending, event RolloutPending",
             ),
             (
                 "a spec that stops setting replicas hands the count over first",

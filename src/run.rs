@@ -131,7 +131,10 @@ impl Parts {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
         let webhook_metrics = webhook::Metrics::new();
-        webhook_metrics.register(&mut registry);
+        webhook_metrics.declare_route(crate::admission::VALIDATE_PATH, false);
+        webhook_metrics.declare_route(crate::admission::MUTATE_PATH, true);
+        // One prefix for the whole process: the webhook's series become `myapp_webhook_*`.
+        webhook_metrics.register(registry.sub_registry_with_prefix(crate::metrics::PREFIX));
         Self {
             health: Arc::new(Health::default()),
             metrics,

@@ -80,6 +80,51 @@ fn crd_names_scope_and_subresources_are_as_documented() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(columns, ["Replicas", "Available", "Phase", "Image", "Age"]);
+    // An autoscaled MyApp has no spec.replicas: the column shows the count its Deployment runs.
+    assert_eq!(
+        version["additionalPrinterColumns"][0]["jsonPath"],
+        ".status.replicas"
+    );
+}
+
+/// Every `description` in `value`, at any depth, with its JSON path.
+fn descriptions(value: &Value, path: String, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                if let ("description", Value::String(text)) = (key.as_str(), child) {
+                    out.push((path.clone(), text.clone()));
+                } else {
+                    descriptions(child, format!("{path}.{key}"), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                descriptions(child, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn kubectl_explain_gets_paragraphs_not_the_doc_comments_line_breaks() {
+    let mut found = Vec::new();
+    descriptions(&schema_json(), String::new(), &mut found);
+    let image = found
+        .iter()
+        .find(|(path, _)| path == ".properties.spec.properties.image")
+        .expect("spec.image has a description");
+    assert!(
+        image.1.starts_with("Container image reference, `[registry[:port]/]repository[:tag][@digest]`, for example `ghcr.io/example/web:1.4.2`. Pin"),
+        "{image:?}"
+    );
+    for (path, text) in &found {
+        let single_breaks = text.replace("\n\n", "");
+        assert!(!single_breaks.contains('\n'), "{path}: {text:?}");
+        assert_eq!(text.trim(), text, "{path}");
+    }
 }
 
 #[test]

@@ -108,6 +108,14 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
             .iter()
             .any(|l| l.contains("kubectl apply -f deploy/examples/myapp.yaml"))
     );
+    // Started with --default-env, so the banner may promise the injection.
+    assert!(
+        dev.lines
+            .iter()
+            .any(|l| l.contains("# --default-env injected")),
+        "{:?}",
+        dev.lines
+    );
 
     let Some(kubectl) = kubectl::Kubectl::new(&std::fs::read_to_string(kubeconfig_path).unwrap())
     else {
@@ -297,4 +305,12 @@ async fn dev_keeps_its_state_dir_and_kubeconfig_to_its_owner() {
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&kubeconfig), 0o600);
     assert_eq!(mode(&state.join("certs/tls.key")), 0o600);
+}
+
+#[test]
+fn the_banner_promises_injected_defaults_only_when_some_are_configured() {
+    let plain = myapp_operator::dev::next_steps(false).join("\n");
+    assert!(!plain.contains("default"), "{plain}");
+    let with = myapp_operator::dev::next_steps(true).join("\n");
+    assert!(with.contains("--default-env injected"), "{with}");
 }

@@ -312,11 +312,11 @@ async fn a_failed_rollout_turns_the_app_degraded() {
     // People learn about it from an Event on the MyApp, not only from its status.
     let events =
         Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client().await.unwrap(), NS);
-    let warning = eventually("a Warning Event says the app is Degraded", || async {
+    let warning = eventually("a Warning Event says the rollout failed", || async {
         let list = events.list(&Default::default()).await.ok()?;
         list.items
             .into_iter()
-            .find(|e| e.reason.as_deref() == Some("Degraded"))
+            .find(|e| e.reason.as_deref() == Some("RolloutFailed"))
     })
     .await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
@@ -357,14 +357,17 @@ async fn at_steady_state_forced_reconciles_make_no_writes() {
     // of a create. Once all three exist, nothing of the creates is in flight.
     let events =
         Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client().await.unwrap(), NS);
-    eventually("every MyApp's Running Event is published", || async {
-        let list = events.list(&Default::default()).await.ok()?;
-        let running = list
-            .items
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some("Running"));
-        (running.count() >= 3).then_some(())
-    })
+    eventually(
+        "every MyApp's RolloutComplete Event is published",
+        || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            let running = list
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("RolloutComplete"));
+            (running.count() >= 3).then_some(())
+        },
+    )
     .await;
     env.sandbox.faults().clear_requests();
     let noops_before = operator.parts.metrics.reconcile_noops.get();

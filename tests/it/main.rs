@@ -1,12 +1,16 @@
 //! The operator's integration tests, in one test binary (one link instead of one per file).
 
 mod admission;
+mod alerts;
+mod binary;
 mod crd;
 mod dev;
 mod e2e;
 mod install;
 mod layout;
 mod manifests;
+mod observe;
 mod rbac;
 mod run;
 mod support;
+mod user_roles;

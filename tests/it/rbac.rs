@@ -206,7 +206,7 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
     set_spec(&apps, "web", json!({"image": "ghcr.io/example/web:2.0.0"})).await;
     converged(&apps, "web", Phase::Degraded).await;
 
-    // Recovery: a second "Running" Event, created like the first (no series patch).
+    // Recovery: a second "RolloutComplete" Event, created like the first (no series patch).
     env.sandbox.rollouts().set_failing(false);
     set_spec(&apps, "web", json!({"image": "ghcr.io/example/web:2.0.1"})).await;
     converged(&apps, "web", Phase::Running).await;

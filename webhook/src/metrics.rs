@@ -76,6 +76,15 @@ impl Decision {
 }
 
 impl Rejection {
+    /// Every reason, so each series exists at 0 from the start.
+    pub const ALL: [Self; 5] = [
+        Self::HandshakeTimeout,
+        Self::HandshakeFailed,
+        Self::HeaderTimeout,
+        Self::RequestTimeout,
+        Self::BodyTooLarge,
+    ];
+
     /// The label value, snake case.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -142,19 +151,53 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates unregistered metrics (all zero).
+    /// Creates unregistered metrics (all zero, every rejection reason among them).
     pub fn new() -> Self {
-        Self {
+        let metrics = Self {
             requests: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             rejections: Family::default(),
             cert_reloads: Counter::default(),
             cert_reload_errors: Counter::default(),
             cert_not_after: Gauge::default(),
+        };
+        for reason in Rejection::ALL {
+            let _ = metrics
+                .rejections
+                .get_or_create(&RejectionLabels { reason });
         }
+        metrics
     }
 
-    /// Registers every metric under the `webhook_` prefix.
+    /// Creates at 0 the request series a route at `path` answers with, so `rate()` sees their
+    /// first increment: allowed (200), denied (422) on a validating route or patched (200) on a
+    /// mutating one, and error for a bad request (400) or a failing rule (500). Rarer answers
+    /// (413, 415, 408) appear when they first happen.
+    pub fn declare_route(&self, path: &str, mutating: bool) {
+        let judged = if mutating {
+            (Decision::Patched, 200)
+        } else {
+            (Decision::Denied, 422)
+        };
+        for (decision, code) in [
+            (Decision::Allowed, 200),
+            judged,
+            (Decision::Error, 400),
+            (Decision::Error, 500),
+        ] {
+            let _ = self.requests.get_or_create(&RequestLabels {
+                path: path.to_owned(),
+                decision,
+                code,
+            });
+        }
+        let _ = self.duration.get_or_create(&PathLabels {
+            path: path.to_owned(),
+        });
+    }
+
+    /// Registers every metric under the `webhook_` prefix (within `registry`'s own prefix, if
+    /// it has one).
     pub fn register(&self, registry: &mut Registry) {
         let registry = registry.sub_registry_with_prefix("webhook");
         registry.register(

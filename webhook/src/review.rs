@@ -23,7 +23,7 @@ use base64::Engine as _;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     metrics::{Decision, ReviewCode},
@@ -54,6 +54,18 @@ pub enum Operation {
     Delete,
     /// A connect (exec, attach, port-forward): always allowed, no rule runs.
     Connect,
+}
+
+impl Operation {
+    /// The name the API server sends: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "CREATE",
+            Self::Update => "UPDATE",
+            Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
+        }
+    }
 }
 
 /// What a rule may want to know about the request besides the objects.
@@ -467,6 +479,19 @@ struct Parsed<'a> {
 }
 
 impl Parsed<'_> {
+    /// One debug line per admitted request: there are many, and nobody asks about them.
+    fn log_admitted(&self, patched: bool) {
+        debug!(
+            uid = %self.uid,
+            operation = self.operation.as_str(),
+            kind = %self.kind,
+            namespace = %self.namespace,
+            name = %self.name,
+            patched,
+            "Admitted"
+        );
+    }
+
     fn context(&self) -> Context<'_> {
         Context {
             uid: &self.uid,
@@ -764,9 +789,28 @@ where
     let context = request.context();
     match catch_unwind(AssertUnwindSafe(|| rule(&new, old.as_ref(), &context))) {
         Ok(verdict) if verdict.violations.is_empty() => {
+            request.log_admitted(false);
             allowed(&request.uid, None, verdict.warnings)
         }
-        Ok(verdict) => denied(&request, verdict.violations, verdict.warnings),
+        Ok(verdict) => {
+            // Denials are what an admin asks about ("why was my apply refused?"): at info,
+            // with every reason, as the user was told them.
+            let reasons: Vec<String> = verdict
+                .violations
+                .iter()
+                .map(Violation::to_string)
+                .collect();
+            info!(
+                uid = %request.uid,
+                operation = request.operation.as_str(),
+                kind = %request.kind,
+                namespace = %request.namespace,
+                name = %request.name,
+                reasons = %reasons.join("; "),
+                "Denied"
+            );
+            denied(&request, verdict.violations, verdict.warnings)
+        }
         Err(payload) => panic_failure(&*payload, &request.uid).into_response(&request.uid),
     }
 }
@@ -812,7 +856,10 @@ where
         Operation::Update => "UPDATE",
     };
     match patch_for(&request, operation, rule) {
-        Ok(patch) => allowed(&request.uid, patch, Vec::new()),
+        Ok(patch) => {
+            request.log_admitted(patch.is_some());
+            allowed(&request.uid, patch, Vec::new())
+        }
         Err(failure) => failure.into_response(&request.uid),
     }
 }

@@ -1,0 +1,88 @@
+//! `myapp_reconcile_queue_depth`: how many MyApps wait for a reconcile, approximated from
+//! outside kube-runtime's Controller, whose scheduler exposes no length.
+//!
+//! The controller marks a MyApp waiting when a trigger for it enters the Controller (a MyApp
+//! watch event, a child's event mapped to its owner, a relist of every MyApp) and done when its
+//! reconcile starts or the Controller drops the request because the MyApp is gone. Like the
+//! scheduler it counts a MyApp once however many triggers arrive, including one that arrives
+//! while the MyApp is being reconciled (kube-runtime runs it again afterwards). What it does
+//! not see: requeues the Controller schedules itself (the resync, retry backoff, a rollout
+//! recheck) are not counted while they wait for their time, nor when it comes; that time is the
+//! point of them, so they are delays rather than a backlog. controller-runtime's
+//! `workqueue_depth` leaves delayed items out in the same way until they are due.
+
+use std::{
+    collections::HashSet,
+    sync::{Mutex, MutexGuard},
+};
+
+use prometheus_client::metrics::gauge::Gauge;
+
+/// The MyApps waiting, by namespace and name, and the gauge that reports how many.
+#[derive(Debug, Default)]
+pub struct Queue {
+    waiting: Mutex<HashSet<(Option<String>, String)>>,
+    depth: Gauge,
+}
+
+impl Queue {
+    /// The gauge to register.
+    pub fn gauge(&self) -> Gauge {
+        self.depth.clone()
+    }
+
+    /// How many MyApps wait now.
+    pub fn depth(&self) -> i64 {
+        self.depth.get()
+    }
+
+    /// A trigger for `namespace/name` entered the Controller.
+    pub fn triggered(&self, namespace: Option<&str>, name: &str) {
+        let mut waiting = self.lock();
+        waiting.insert((namespace.map(str::to_owned), name.to_owned()));
+        self.depth.set(waiting.len() as i64);
+    }
+
+    /// A reconcile of `namespace/name` started, or the Controller dropped its request.
+    pub fn started(&self, namespace: Option<&str>, name: &str) {
+        let mut waiting = self.lock();
+        waiting.remove(&(namespace.map(str::to_owned), name.to_owned()));
+        self.depth.set(waiting.len() as i64);
+    }
+
+    /// The Controller stopped (shutdown or lost lease): nothing waits in it any more.
+    pub fn clear(&self) {
+        let mut waiting = self.lock();
+        waiting.clear();
+        self.depth.set(0);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashSet<(Option<String>, String)>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_myapp_triggered_many_times_waits_once_until_its_reconcile_starts() {
+        let queue = Queue::default();
+        queue.triggered(Some("default"), "web");
+        queue.triggered(Some("default"), "web");
+        queue.triggered(Some("other"), "web");
+        assert_eq!(queue.depth(), 2);
+        queue.started(Some("default"), "web");
+        assert_eq!(queue.depth(), 1);
+        queue.started(Some("default"), "web");
+        assert_eq!(
+            queue.depth(),
+            1,
+            "a second start of the same MyApp removes nothing"
+        );
+        queue.triggered(Some("default"), "api");
+        queue.clear();
+        assert_eq!(queue.depth(), 0);
+    }
+}
