@@ -35,10 +35,29 @@ use crate::{
     cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus},
     metrics::{Metrics, ResultLabels},
+    permission::Permission,
     plan::{self, Observed, PENDING_GRACE},
     recent::{RecentWrites, Waiting},
     resources::FIELD_MANAGER,
 };
+
+/// Every permission the controller's calls need: the watches (list, watch), the server-side
+/// applies of children (patch, and create when the apply creates), the status apply, Events.
+/// No get: the controller reads from its watch caches only.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission::cluster("example.com", "myapps", "list"),
+    Permission::cluster("example.com", "myapps", "watch"),
+    Permission::cluster("example.com", "myapps/status", "patch"),
+    Permission::cluster("apps", "deployments", "list"),
+    Permission::cluster("apps", "deployments", "watch"),
+    Permission::cluster("apps", "deployments", "create"),
+    Permission::cluster("apps", "deployments", "patch"),
+    Permission::cluster("", "services", "list"),
+    Permission::cluster("", "services", "watch"),
+    Permission::cluster("", "services", "create"),
+    Permission::cluster("", "services", "patch"),
+    Permission::cluster("events.k8s.io", "events", "create"),
+];
 
 /// The field manager that keeps `spec.replicas` of a Deployment when a MyApp stops setting it.
 pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";

@@ -1,7 +1,7 @@
 use anyhow::Context;
 use clap::Parser;
 use myapp_operator::{
-    cli::{Cli, Command},
+    cli::{Cli, Command, Output},
     crd, run, telemetry,
 };
 
@@ -21,6 +21,16 @@ fn main() -> anyhow::Result<()> {
                 args.out.display(),
                 args.sans.join(", ")
             );
+        }
+        Command::Check(args) => {
+            let report = runtime()?.block_on(myapp_operator::check::run(&args))?;
+            match args.output {
+                Output::Text => print!("{}", report.text()),
+                Output::Json => print!("{}", report.json()),
+            }
+            if !report.passed {
+                std::process::exit(1);
+            }
         }
         Command::Run(args) => {
             telemetry::init(args.log.log_format, &args.log.log_level)?;
