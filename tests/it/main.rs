@@ -1,6 +1,7 @@
 //! The operator's integration tests, in one test binary (one link instead of one per file).
 
 mod admission;
+mod check;
 mod crd;
 mod dev;
 mod e2e;
