@@ -54,6 +54,7 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
         "{}",
         text.stdout
     );
+    readme_shows(&text.stdout);
 
     // A leaked child: our labels, no live MyApp owning it.
     let deployments = Api::<Deployment>::namespaced(install.admin.clone(), "default");
@@ -255,6 +256,38 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
     );
     assert_eq!(report.get("children").0, "skip");
     install.served.shutdown().await.unwrap();
+}
+
+/// The text between the `check-healthy` markers of deploy/README.md equals `output`, up to
+/// what differs between runs (dates, digests, ages, days left).
+fn readme_shows(output: &str) {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/README.md")).unwrap();
+    let start = readme
+        .find("<!-- check-healthy -->\n```console\n$ myapp-operator check\n")
+        .expect("deploy/README.md has the check-healthy sample");
+    let sample = &readme[start..];
+    let sample = &sample[sample.find("check\n").unwrap() + 6..];
+    let sample = &sample[..sample.find("```").unwrap()];
+    let normal = |text: &str| {
+        let mut text = text.to_owned();
+        for (pattern, with) in [
+            (r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "<date>"),
+            (r"sha256:[0-9a-f]+", "sha256:<digest>"),
+            (r"\d+ s ago", "<n> s ago"),
+            (r"\(\d+ days\)", "(<n> days)"),
+        ] {
+            text = regex::Regex::new(pattern)
+                .unwrap()
+                .replace_all(&text, with)
+                .into_owned();
+        }
+        text
+    };
+    assert!(
+        normal(sample) == normal(output),
+        "deploy/README.md's sample of a healthy check is stale; this run printed:\n{output}"
+    );
 }
 
 fn base64_pem(pem: &str) -> String {

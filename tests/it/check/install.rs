@@ -334,8 +334,25 @@ impl Install {
     /// `check -o json`, parsed.
     pub async fn report(&self) -> Report {
         let ran = self.check(&["-o", "json"]).await;
-        let json: Value = serde_json::from_str(&ran.stdout)
-            .unwrap_or_else(|e| panic!("check printed no JSON ({e}): {}\n{}", ran.stdout, ran.stderr));
+        let json: Value = serde_json::from_str(&ran.stdout).unwrap_or_else(|e| {
+            panic!(
+                "check printed no JSON ({e}): {}\n{}",
+                ran.stdout, ran.stderr
+            )
+        });
+        for docs in json["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["checks"].as_array().unwrap())
+            .filter_map(|c| c["docs"].as_str())
+        {
+            let anchor = docs.strip_prefix("deploy/README.md#").unwrap();
+            assert!(
+                readme_anchors().contains(anchor),
+                "{docs} names no heading of deploy/README.md"
+            );
+        }
         Report { ran, json }
     }
 }
@@ -395,4 +412,24 @@ impl Report {
             .unwrap_or_else(|| panic!("no check {id} in {}", self.json));
         (status, message, hint)
     }
+}
+
+/// The anchors GitHub makes of deploy/README.md's headings.
+fn readme_anchors() -> std::collections::BTreeSet<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/README.md")).unwrap();
+    readme
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| l.trim_start_matches('#').trim().to_lowercase())
+        .map(|l| {
+            l.chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
 }
