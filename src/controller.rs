@@ -1,6 +1,8 @@
 //! The async shell around `plan.rs`: watch MyApps and their children, carry out what the plan
 //! says (applies, status, Events), back off on errors.
 
+mod crd_missing;
+
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -153,8 +155,13 @@ pub async fn run(
         (Listed::default(), Listed::default(), Listed::default());
 
     let (apps, apps_writer) = reflector::store::<MyApp>();
+    let crd = crd_missing::CrdPresence::new(metrics.clone());
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
-        .default_backoff()
+        .inspect({
+            let crd = crd.clone();
+            move |item| crd.observe(item)
+        })
+        .backoff(crd_missing::QuietBackoff::new(crd))
         .modify(cache::slim_myapp)
         .reflect(apps_writer)
         .inspect_ok(on_list_done(&listed, &apps_listed))
@@ -222,6 +229,8 @@ pub async fn run(
                 Err(controller::Error::ReconcilerFailed(error, object)) => {
                     warn!(%object, %error, "Reconcile failed")
                 }
+                // Said once, in words, by `CrdPresence`.
+                Err(controller::Error::QueueError(error)) if crd_missing::is_missing(&error) => {}
                 Err(error) => warn!(%error, "Controller event"),
             }
         });
@@ -359,13 +368,27 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
         *n
     };
     let delay = backoff(attempt, ctx.config.backoff_base, ctx.config.backoff_cap);
-    warn!(name = %app.name_any(), %error, attempt, ?delay, "Reconcile failed, retrying");
+    let name = app.name_any();
+    let refusal = StatusRefusal::of(error);
+    match refusal {
+        Some(StatusRefusal::Forbidden) => {
+            warn!(%name, %error, attempt, ?delay, fix = StatusRefusal::FORBIDDEN_FIX, "Status write forbidden");
+        }
+        Some(StatusRefusal::Conflict) => {
+            warn!(%name, %error, attempt, ?delay, "Status write conflict");
+        }
+        None => warn!(%name, %error, attempt, ?delay, "Reconcile failed, retrying"),
+    }
     if attempt == 1 {
         // One Event per failure streak, not per retry: Events are for people.
+        let (reason, note) = match refusal {
+            Some(refusal) => (refusal.reason(), refusal.note(error)),
+            None => ("ReconcileFailed", error.to_string()),
+        };
         let event = Event {
             type_: EventType::Warning,
-            reason: "ReconcileFailed".into(),
-            note: Some(error.to_string()),
+            reason: reason.into(),
+            note: Some(note),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -373,6 +396,54 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
         tokio::spawn(async move { ctx.publish(&event, &reference).await });
     }
     Action::requeue(delay)
+}
+
+/// Why the API server refused a status write, when it was for permission or a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusRefusal {
+    /// 403: the ServiceAccount may not patch `myapps/status`.
+    Forbidden,
+    /// 409: the write conflicted with another writer.
+    Conflict,
+}
+
+impl StatusRefusal {
+    /// What grants the permission back.
+    pub const FORBIDDEN_FIX: &str = "grant patch on myapps/status (example.com) to the operator's ServiceAccount: kubectl apply -f deploy/rbac.yaml; myapp-operator check names what is missing";
+
+    /// The refusal `error` is, if it is one.
+    pub fn of(error: &Error) -> Option<Self> {
+        match error {
+            Error::PatchStatus(kube::Error::Api(status)) if status.code == 403 => {
+                Some(Self::Forbidden)
+            }
+            Error::PatchStatus(kube::Error::Api(status)) if status.code == 409 => {
+                Some(Self::Conflict)
+            }
+            _ => None,
+        }
+    }
+
+    /// The Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Forbidden => "StatusWriteForbidden",
+            Self::Conflict => "StatusWriteConflict",
+        }
+    }
+
+    /// The Event note: which refusal, the API's words, what to do.
+    pub fn note(self, error: &Error) -> String {
+        match self {
+            Self::Forbidden => format!(
+                "status not written, forbidden (403): {error}; {}",
+                Self::FORBIDDEN_FIX
+            ),
+            Self::Conflict => format!(
+                "status not written, conflict (409): {error}; retrying with the latest version"
+            ),
+        }
+    }
 }
 
 /// `base * 2^(attempt-1)`, capped, then jittered by ±20 % so failing objects spread out.

@@ -35,6 +35,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// 1 once every watch cache of the leading controller holds a complete list.
     pub caches_synced: Gauge,
+    /// 1 while the leading controller's MyApp watch finds the CRD, 0 once it found it missing
+    /// (and before it looked).
+    pub crd_installed: Gauge,
 }
 
 impl Metrics {
@@ -49,6 +52,7 @@ impl Metrics {
             ]),
             leader: Gauge::default(),
             caches_synced: Gauge::default(),
+            crd_installed: Gauge::default(),
         };
         let registry = registry.sub_registry_with_prefix("myapp");
         registry.register(
@@ -80,6 +84,11 @@ impl Metrics {
             "caches_synced",
             "1 once the leading controller's watch caches hold a complete list",
             metrics.caches_synced.clone(),
+        );
+        registry.register(
+            "crd_installed",
+            "1 while the leading controller finds the MyApp CRD installed",
+            metrics.crd_installed.clone(),
         );
         metrics
     }

@@ -3,6 +3,7 @@
 //! check that names it fails, with its fix.
 
 mod install;
+mod operator;
 
 use std::collections::BTreeSet;
 

@@ -8,6 +8,7 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Command, Stdio},
+    sync::mpsc::Receiver,
     time::Duration,
 };
 
@@ -196,41 +197,8 @@ impl Install {
         )
         .await;
 
-        let cert_dir = install.dir.path().join("tls");
-        std::fs::create_dir_all(&cert_dir).unwrap();
-        std::fs::write(cert_dir.join("tls.crt"), &cert).unwrap();
-        std::fs::write(cert_dir.join("tls.key"), &key).unwrap();
-        let kubeconfig = install.dir.path().join("kubeconfig-replica");
-        std::fs::write(
-            &kubeconfig,
-            install.served.kubeconfig_for_token("replica-0").unwrap(),
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
-            .args([
-                "run",
-                "--webhook-addr",
-                "127.0.0.1:0",
-                "--admin-addr",
-                "127.0.0.1:0",
-            ])
-            .args([
-                "--log-format",
-                "json",
-                "--identity",
-                IDENTITY,
-                "--default-env",
-                "TEAM=shop",
-            ])
-            .arg("--cert-dir")
-            .arg(&cert_dir)
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = log_lines(&mut child);
-        install.replica = Some(Reap(child));
+        let (replica, lines) = install.spawn_replica(&cert, &key);
+        install.replica = Some(replica);
         let webhook = wait_for_addr(&lines, "Webhook serving");
         // Keep draining the log so the child never blocks on a full pipe.
         std::thread::spawn(move || while lines.recv().is_ok() {});
@@ -264,6 +232,46 @@ impl Install {
         crate::support::converge::converged(&apps, "web", myapp_operator::crd::Phase::Running)
             .await;
         install
+    }
+
+    /// Starts `myapp-operator run` as the ServiceAccount (leader election on, JSON logs),
+    /// serving `cert`; its log lines arrive on the receiver.
+    pub fn spawn_replica(&self, cert: &str, key: &str) -> (Reap, Receiver<String>) {
+        let cert_dir = self.dir.path().join("tls");
+        std::fs::create_dir_all(&cert_dir).unwrap();
+        std::fs::write(cert_dir.join("tls.crt"), cert).unwrap();
+        std::fs::write(cert_dir.join("tls.key"), key).unwrap();
+        let kubeconfig = self.dir.path().join("kubeconfig-replica");
+        std::fs::write(
+            &kubeconfig,
+            self.served.kubeconfig_for_token("replica-0").unwrap(),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+            .args([
+                "run",
+                "--webhook-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+            ])
+            .args([
+                "--log-format",
+                "json",
+                "--identity",
+                IDENTITY,
+                "--default-env",
+                "TEAM=shop",
+            ])
+            .arg("--cert-dir")
+            .arg(&cert_dir)
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = log_lines(&mut child);
+        (Reap(child), lines)
     }
 
     /// Replaces the webhook's Secret with this certificate and key.
@@ -420,7 +428,7 @@ fn readme_anchors() -> std::collections::BTreeSet<String> {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/README.md")).unwrap();
     readme
         .lines()
-        .filter_map(|l| l.strip_prefix('#'))
+        .filter(|l| l.starts_with("## ") || l.starts_with("### "))
         .map(|l| l.trim_start_matches('#').trim().to_lowercase())
         .map(|l| {
             l.chars()
