@@ -357,7 +357,7 @@ async fn without_each_rbac_rule_exactly_its_check_fails_naming_the_rule_to_add()
             .into_iter()
             .filter(|id| id.starts_with("rbac."))
             .collect();
-        assert_eq!(rbac_failed, [id.clone()], "{}", report.json);
+        assert_eq!(rbac_failed, std::slice::from_ref(&id), "{}", report.json);
         assert_eq!(report.ran.code, Some(1));
         let (_, _, hint) = report.get(&id);
         assert!(hint.contains(&permission.rule()), "{hint}");

@@ -5,10 +5,8 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{Api, Client, api::PostParams};
 
-use crate::check::{
-    report::Check,
-    target::{Target, api_message, names},
-};
+use crate::check::report::Check;
+use crate::check::target::{Target, api_message, names};
 use crate::{
     admission::{Limits, validate},
     crd::{EnvVar, MyApp, MyAppSpec},
