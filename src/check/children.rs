@@ -177,3 +177,58 @@ fn lagging(apps: &[MyApp], target: &Target) -> Check {
         "children",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{check::report::Status, crd::MyAppStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn app(name: &str, generation: i64, observed: i64, changed_secs_ago: i64) -> MyApp {
+        let at = Timestamp::from_second(Timestamp::now().as_second() - changed_secs_ago).unwrap();
+        MyApp::test(name)
+            .stored()
+            .generation(generation)
+            .status(MyAppStatus {
+                observed_generation: Some(observed),
+                conditions: vec![Condition {
+                    type_: "Ready".into(),
+                    status: "False".into(),
+                    reason: "Progressing".into(),
+                    message: String::new(),
+                    last_transition_time: Time(at),
+                    observed_generation: Some(observed),
+                }],
+                ..MyAppStatus::default()
+            })
+    }
+
+    #[test]
+    fn only_a_lag_older_than_the_bound_fails_and_deleting_apps_are_left_out() {
+        let target = Target {
+            namespace: "myapp-system".into(),
+            probe_namespace: "default".into(),
+            lag_bound: std::time::Duration::from_secs(300),
+        };
+        let fresh = app("fresh", 3, 2, 10);
+        let current = app("current", 3, 3, 3600);
+        let deleting = app("deleting", 3, 2, 3600).deleted();
+        assert_eq!(
+            lagging(&[fresh.clone(), current.clone(), deleting], &target).status,
+            Status::Ok
+        );
+        let stuck = app("stuck", 5, 3, 900);
+        let check = lagging(&[fresh, current, stuck], &target);
+        assert_eq!(check.status, Status::Fail);
+        assert!(
+            check
+                .message
+                .contains("default/stuck (generation 5, status reports 3, for 900 s)")
+                || check
+                    .message
+                    .contains("default/stuck (generation 5, status reports 3, for 901 s)"),
+            "{}",
+            check.message
+        );
+    }
+}
