@@ -291,6 +291,38 @@ fn readme_shows(output: &str) {
     );
 }
 
+#[test]
+fn an_unreachable_api_server_is_one_failed_check_and_exit_1() {
+    // A port nothing listens on any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        kube_sandbox::kubeconfig_for(([127, 0, 0, 1], port).into()),
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+        .args(["check", "-o", "json"])
+        .env("MYAPP_KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let checks = &report["groups"][0]["checks"];
+    assert_eq!(report["groups"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(checks[0]["id"], "api.reachable");
+    assert_eq!(checks[0]["status"], "fail");
+    assert!(
+        checks[0]["hint"].as_str().unwrap().contains("--kubeconfig"),
+        "{report}"
+    );
+}
+
 fn base64_pem(pem: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(pem)
