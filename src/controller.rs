@@ -2,6 +2,7 @@
 //! says (applies, status, Events), back off on errors.
 
 mod crd_missing;
+mod fight;
 
 use std::{
     collections::HashMap,
@@ -117,6 +118,8 @@ pub struct Context {
     reported: RecentWrites<ObjectRef<MyApp>, MyAppStatus>,
     /// Deployments we applied whose controller has not observed the apply yet.
     awaiting_rollout: Waiting<ObjectRef<MyApp>>,
+    /// Rewrites of each Deployment at one generation: fights with another writer.
+    fights: fight::Fights,
 }
 
 /// A child of a MyApp.
@@ -202,6 +205,7 @@ pub async fn run(
         applied: RecentWrites::new(RECENT_WRITES_TTL),
         reported: RecentWrites::new(RECENT_WRITES_TTL),
         awaiting_rollout: Waiting::new(PENDING_GRACE),
+        fights: fight::Fights::default(),
     });
 
     // Lives as long as the Controller below, never longer (a watch that never lists would
@@ -492,7 +496,22 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     }
 
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    if let Some(desired) = &plan.deployment {
+    let generation = app.metadata.generation;
+    // A fight holds off rewrites of an existing Deployment (never its creation).
+    let held = match (&plan.deployment, deployment) {
+        (Some(_), Some(_)) => ctx.fights.holding_off(&key, generation, Instant::now()),
+        _ => None,
+    };
+    if let Some(wait) = held {
+        debug!(%name, %namespace, ?wait, "Holding off the Deployment: fight");
+    }
+    if let Some(desired) = plan.deployment.as_ref().filter(|_| held.is_none()) {
+        let changed = deployment.map(|observed| {
+            fight::changed_fields(
+                &serde_json::to_value(desired).unwrap_or_default(),
+                &serde_json::to_value(observed).unwrap_or_default(),
+            )
+        });
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
         if let Some(replicas) = plan.hand_over_replicas {
             let keep = json!({
@@ -522,6 +541,21 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             plan::digest(desired),
         );
         ctx.awaiting_rollout.start(key.clone());
+        if let Some(changed) = changed
+            && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
+        {
+            ctx.metrics.fights.inc();
+            let fields = changed.join(", ");
+            warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, "Fight over Deployment");
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "FightDetected".into(),
+                note: Some(fight::note(&fight, generation, &fields)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            ctx.publish(&event, &app.object_ref(&())).await;
+        }
     }
     if let Some(desired) = &plan.service {
         let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
@@ -566,8 +600,11 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         ctx.publish(&event, &app.object_ref(&())).await;
     }
     Ok(Outcome {
-        writes: plan.writes(),
-        recheck: plan.recheck,
+        writes: plan.writes() - u32::from(held.is_some()),
+        recheck: match (plan.recheck, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
     })
 }
 

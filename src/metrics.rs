@@ -38,6 +38,8 @@ pub struct Metrics {
     /// 1 while the leading controller's MyApp watch finds the CRD, 0 once it found it missing
     /// (and before it looked).
     pub crd_installed: Gauge,
+    /// Fights detected: a Deployment rewritten again and again at one generation.
+    pub fights: Counter,
 }
 
 impl Metrics {
@@ -53,6 +55,7 @@ impl Metrics {
             leader: Gauge::default(),
             caches_synced: Gauge::default(),
             crd_installed: Gauge::default(),
+            fights: Counter::default(),
         };
         let registry = registry.sub_registry_with_prefix("myapp");
         registry.register(
@@ -89,6 +92,11 @@ impl Metrics {
             "crd_installed",
             "1 while the leading controller finds the MyApp CRD installed",
             metrics.crd_installed.clone(),
+        );
+        registry.register(
+            "fights",
+            "Fights detected over a Deployment (rewritten at one generation; see the FightDetected Event)",
+            metrics.fights.clone(),
         );
         metrics
     }

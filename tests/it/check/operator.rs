@@ -164,3 +164,119 @@ async fn a_forbidden_status_write_says_forbidden_in_an_event() {
     operator.stop().await;
     install.served.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writer_fighting_over_the_image_is_detected_held_off_and_told_in_an_event() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    let install = Install::bare().await;
+    let operator_client = crate::support::install::client_for(
+        &install.served.kubeconfig_for_token("replica-0").unwrap(),
+    )
+    .await;
+    let operator = crate::support::operator::Operator::start(
+        operator_client,
+        "fight-test",
+        true,
+        Duration::from_secs(300),
+    );
+    let apps = Api::<MyApp>::namespaced(install.admin.clone(), "default");
+    apps.create(&PostParams::default(), &MyApp::test("web"))
+        .await
+        .unwrap();
+    crate::support::converge::converged(&apps, "web", myapp_operator::crd::Phase::Running).await;
+
+    // Another writer that sets its own image whenever the operator has put its own back.
+    const OTHER: &str = "ghcr.io/example/web:other";
+    let polls = Arc::new(AtomicUsize::new(0));
+    let deployments = Api::<Deployment>::namespaced(install.admin.clone(), "default");
+    let writer = tokio::spawn({
+        let (deployments, polls) = (deployments.clone(), polls.clone());
+        async move {
+            let params = kube::api::PatchParams {
+                field_manager: Some("other-controller".into()),
+                ..Default::default()
+            };
+            let patch =
+                kube::api::Patch::Strategic(serde_json::json!({"spec": {"template": {"spec": {
+                "containers": [{"name": "web", "image": OTHER}]}}}}));
+            loop {
+                let image = deployments
+                    .get("web")
+                    .await
+                    .ok()
+                    .and_then(|d| d.spec?.template.spec?.containers.first()?.image.clone());
+                if image.as_deref() != Some(OTHER) {
+                    let _ = deployments.patch("web", &params, &patch).await;
+                }
+                polls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+
+    let events = Api::<Event>::namespaced(install.admin.clone(), "default");
+    let event = eventually("a FightDetected Event on the MyApp", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FightDetected"))
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("spec.template.spec.containers[0].image"),
+        "{note}"
+    );
+    assert!(note.contains("holding off 30 s"), "{note}");
+    assert_eq!(operator.parts.metrics.fights.get(), 1);
+
+    // Held off: while the other writer keeps polling, the operator writes the Deployment no more.
+    let operator_writes = || {
+        install
+            .sandbox
+            .faults()
+            .requests()
+            .into_iter()
+            .filter(|r| r.token_id.as_deref() == Some("replica-0"))
+            .filter(|r| r.resource.as_deref() == Some("deployments") && r.verb == "patch")
+            .count()
+    };
+    let at_event = operator_writes();
+    let polled = polls.load(Ordering::SeqCst);
+    eventually("the other writer polls 25 more times", || async {
+        (polls.load(Ordering::SeqCst) >= polled + 25).then_some(())
+    })
+    .await;
+    assert!(
+        operator_writes() <= at_event + 1,
+        "the operator kept writing during its hold-off: {at_event} -> {}",
+        operator_writes()
+    );
+    let image = deployments
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .image
+        .clone();
+    assert_eq!(
+        image.as_deref(),
+        Some(OTHER),
+        "the other writer's image stands while held off"
+    );
+    writer.abort();
+    operator.stop().await;
+    install.served.shutdown().await.unwrap();
+}
