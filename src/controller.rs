@@ -653,6 +653,34 @@ mod tests {
     }
 
     #[test]
+    fn a_status_write_refused_for_permission_or_conflict_says_which() {
+        let refused = |code: u16| {
+            Error::PatchStatus(kube::Error::Api(Box::new(
+                kube::core::Status::failure("refused", "Refused").with_code(code),
+            )))
+        };
+        assert_eq!(
+            StatusRefusal::of(&refused(403)),
+            Some(StatusRefusal::Forbidden)
+        );
+        assert_eq!(
+            StatusRefusal::of(&refused(409)),
+            Some(StatusRefusal::Conflict)
+        );
+        assert_eq!(StatusRefusal::of(&refused(500)), None);
+        let other = Error::ApplyDeployment(kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "Refused").with_code(403),
+        )));
+        assert_eq!(StatusRefusal::of(&other), None, "only status writes");
+        let note = StatusRefusal::Conflict.note(&refused(409));
+        assert!(
+            note.starts_with("status not written, conflict (409)"),
+            "{note}"
+        );
+        assert_eq!(StatusRefusal::Conflict.reason(), "StatusWriteConflict");
+    }
+
+    #[test]
     fn the_controller_neither_waits_nor_gives_up_on_a_watch_error() {
         let delays: Vec<_> = EachWatchBacksOff.take(100).collect();
         assert_eq!(delays, vec![Duration::ZERO; 100]);
