@@ -26,11 +26,54 @@ pub enum Command {
     /// with a fresh certificate, and the controller; prints how to point kubectl at it.
     #[cfg(feature = "dev")]
     Dev(DevArgs),
+    /// Diagnose an installation (API, CRD, RBAC, webhook, cert-manager, controller, children):
+    /// one line per check with the fix; exits 1 when a check fails.
+    Check(CheckArgs),
     /// Print the MyApp CustomResourceDefinition as YAML (the content of deploy/crd.yaml).
     Crd,
     /// Write a fresh local CA and webhook serving certificate (ECDSA P-256) for running the
     /// webhook outside a cluster: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),
+}
+
+/// Flags of `check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The kubeconfig to use; without it, KUBECONFIG, ~/.kube/config or the pod's
+    /// ServiceAccount, as kubectl finds them.
+    #[arg(long, env = "MYAPP_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use instead of the current one.
+    #[arg(long, env = "MYAPP_CONTEXT")]
+    pub context: Option<String>,
+    /// The operator's namespace (where deploy/ installs it).
+    #[arg(
+        long,
+        short = 'n',
+        env = "MYAPP_NAMESPACE",
+        default_value = "myapp-system"
+    )]
+    pub namespace: String,
+    /// Where the dry-run MyApps go: a namespace the webhooks apply to (not kube-system, not
+    /// the operator's own).
+    #[arg(long, env = "MYAPP_CHECK_PROBE_NAMESPACE", default_value = "default")]
+    pub probe_namespace: String,
+    /// How long a MyApp's status may lag its spec (by its conditions' lastTransitionTime)
+    /// before that fails.
+    #[arg(long, env = "MYAPP_CHECK_LAG_BOUND", default_value = "5m", value_parser = parse_duration)]
+    pub lag_bound: Duration,
+    /// `text` for people, `json` for machines.
+    #[arg(long, short = 'o', env = "MYAPP_CHECK_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// Output formats of `check`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// One line per check, grouped, hints under failures.
+    Text,
+    /// The same as one JSON document.
+    Json,
 }
 
 /// Flags of `certs`.

@@ -1,6 +1,9 @@
 //! The async shell around `plan.rs`: watch MyApps and their children, carry out what the plan
 //! says (applies, status, Events), back off on errors.
 
+mod crd_missing;
+mod fight;
+
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -35,10 +38,29 @@ use crate::{
     cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus},
     metrics::{Metrics, ReconcileResult, queue::Queue},
+    permission::Permission,
     plan::{self, Observed, PENDING_GRACE},
     recent::{RecentWrites, Waiting},
     resources::FIELD_MANAGER,
 };
+
+/// Every permission the controller's calls need: the watches (list, watch), the server-side
+/// applies of children (patch, and create when the apply creates), the status apply, Events.
+/// No get: the controller reads from its watch caches only.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission::cluster("example.com", "myapps", "list"),
+    Permission::cluster("example.com", "myapps", "watch"),
+    Permission::cluster("example.com", "myapps/status", "patch"),
+    Permission::cluster("apps", "deployments", "list"),
+    Permission::cluster("apps", "deployments", "watch"),
+    Permission::cluster("apps", "deployments", "create"),
+    Permission::cluster("apps", "deployments", "patch"),
+    Permission::cluster("", "services", "list"),
+    Permission::cluster("", "services", "watch"),
+    Permission::cluster("", "services", "create"),
+    Permission::cluster("", "services", "patch"),
+    Permission::cluster("events.k8s.io", "events", "create"),
+];
 
 /// The field manager that keeps `spec.replicas` of a Deployment when a MyApp stops setting it.
 pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";
@@ -96,6 +118,8 @@ pub struct Context {
     reported: RecentWrites<ObjectRef<MyApp>, MyAppStatus>,
     /// Deployments we applied whose controller has not observed the apply yet.
     awaiting_rollout: Waiting<ObjectRef<MyApp>>,
+    /// Rewrites of each Deployment at one generation: fights with another writer.
+    fights: fight::Fights,
 }
 
 /// A child of a MyApp.
@@ -135,8 +159,13 @@ pub async fn run(
 
     let queue = metrics.queue.clone();
     let (apps, apps_writer) = reflector::store::<MyApp>();
+    let crd = crd_missing::CrdPresence::new(metrics.clone());
     let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
-        .default_backoff()
+        .inspect({
+            let crd = crd.clone();
+            move |item| crd.observe(item)
+        })
+        .backoff(crd_missing::QuietBackoff::new(crd))
         .modify(cache::slim_myapp)
         .reflect(apps_writer)
         .inspect_ok(on_list_done(&listed, &apps_listed))
@@ -188,6 +217,7 @@ pub async fn run(
         applied: RecentWrites::new(RECENT_WRITES_TTL),
         reported: RecentWrites::new(RECENT_WRITES_TTL),
         awaiting_rollout: Waiting::new(PENDING_GRACE),
+        fights: fight::Fights::default(),
     });
 
     // Lives as long as the Controller below, never longer (a watch that never lists would
@@ -220,6 +250,8 @@ pub async fn run(
                     queue.started(object.namespace.as_deref(), &object.name);
                     debug!(%object, "MyApp gone, nothing to reconcile");
                 }
+                // Said once, in words, by `CrdPresence`.
+                Err(controller::Error::QueueError(error)) if crd_missing::is_missing(&error) => {}
                 Err(error) => warn!(%error, "Controller event"),
             }
             future::ready(())
@@ -397,13 +429,27 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
         *n
     };
     let delay = backoff(attempt, ctx.config.backoff_base, ctx.config.backoff_cap);
-    warn!(name = %app.name_any(), %error, attempt, ?delay, "Reconcile failed, retrying");
+    let name = app.name_any();
+    let refusal = StatusRefusal::of(error);
+    match refusal {
+        Some(StatusRefusal::Forbidden) => {
+            warn!(%name, %error, attempt, ?delay, fix = StatusRefusal::FORBIDDEN_FIX, "Status write forbidden");
+        }
+        Some(StatusRefusal::Conflict) => {
+            warn!(%name, %error, attempt, ?delay, "Status write conflict");
+        }
+        None => warn!(%name, %error, attempt, ?delay, "Reconcile failed, retrying"),
+    }
     if attempt == 1 {
         // One Event per failure streak, not per retry: Events are for people.
+        let (reason, note) = match refusal {
+            Some(refusal) => (refusal.reason(), refusal.note(error)),
+            None => ("ReconcileFailed", error.to_string()),
+        };
         let event = Event {
             type_: EventType::Warning,
-            reason: "ReconcileFailed".into(),
-            note: Some(error.to_string()),
+            reason: reason.into(),
+            note: Some(note),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -411,6 +457,54 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
         tokio::spawn(async move { ctx.publish(&event, &reference).await });
     }
     Action::requeue(delay)
+}
+
+/// Why the API server refused a status write, when it was for permission or a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusRefusal {
+    /// 403: the ServiceAccount may not patch `myapps/status`.
+    Forbidden,
+    /// 409: the write conflicted with another writer.
+    Conflict,
+}
+
+impl StatusRefusal {
+    /// What grants the permission back.
+    pub const FORBIDDEN_FIX: &str = "grant patch on myapps/status (example.com) to the operator's ServiceAccount: kubectl apply -f deploy/rbac.yaml; myapp-operator check names what is missing";
+
+    /// The refusal `error` is, if it is one.
+    pub fn of(error: &Error) -> Option<Self> {
+        match error {
+            Error::PatchStatus(kube::Error::Api(status)) if status.code == 403 => {
+                Some(Self::Forbidden)
+            }
+            Error::PatchStatus(kube::Error::Api(status)) if status.code == 409 => {
+                Some(Self::Conflict)
+            }
+            _ => None,
+        }
+    }
+
+    /// The Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Forbidden => "StatusWriteForbidden",
+            Self::Conflict => "StatusWriteConflict",
+        }
+    }
+
+    /// The Event note: which refusal, the API's words, what to do.
+    pub fn note(self, error: &Error) -> String {
+        match self {
+            Self::Forbidden => format!(
+                "status not written, forbidden (403): {error}; {}",
+                Self::FORBIDDEN_FIX
+            ),
+            Self::Conflict => format!(
+                "status not written, conflict (409): {error}; retrying with the latest version"
+            ),
+        }
+    }
 }
 
 /// `base * 2^(attempt-1)`, capped, then jittered by ±20 % so failing objects spread out.
@@ -459,7 +553,22 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     }
 
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    if let Some(desired) = &plan.deployment {
+    let generation = app.metadata.generation;
+    // A fight holds off rewrites of an existing Deployment (never its creation).
+    let held = match (&plan.deployment, deployment) {
+        (Some(_), Some(_)) => ctx.fights.holding_off(&key, generation, Instant::now()),
+        _ => None,
+    };
+    if let Some(wait) = held {
+        debug!(%name, %namespace, ?wait, "Holding off the Deployment: fight");
+    }
+    if let Some(desired) = plan.deployment.as_ref().filter(|_| held.is_none()) {
+        let changed = deployment.map(|observed| {
+            fight::changed_fields(
+                &serde_json::to_value(desired).unwrap_or_default(),
+                &serde_json::to_value(observed).unwrap_or_default(),
+            )
+        });
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
         if let Some(replicas) = plan.hand_over_replicas {
             let keep = json!({
@@ -489,6 +598,21 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             plan::digest(desired),
         );
         ctx.awaiting_rollout.start(key.clone());
+        if let Some(changed) = changed
+            && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
+        {
+            ctx.metrics.fights.inc();
+            let fields = changed.join(", ");
+            warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, "Fight over Deployment");
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "FightDetected".into(),
+                note: Some(fight::note(&fight, generation, &fields)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            ctx.publish(&event, &app.object_ref(&())).await;
+        }
     }
     if let Some(desired) = &plan.service {
         let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
@@ -533,8 +657,11 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         ctx.publish(&event, &app.object_ref(&())).await;
     }
     Ok(Outcome {
-        writes: plan.writes(),
-        recheck: plan.recheck,
+        writes: plan.writes() - u32::from(held.is_some()),
+        recheck: match (plan.recheck, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
     })
 }
 
@@ -580,6 +707,34 @@ mod tests {
                 "attempt {attempt}: {d} ms, nominal {nominal}"
             );
         }
+    }
+
+    #[test]
+    fn a_status_write_refused_for_permission_or_conflict_says_which() {
+        let refused = |code: u16| {
+            Error::PatchStatus(kube::Error::Api(Box::new(
+                kube::core::Status::failure("refused", "Refused").with_code(code),
+            )))
+        };
+        assert_eq!(
+            StatusRefusal::of(&refused(403)),
+            Some(StatusRefusal::Forbidden)
+        );
+        assert_eq!(
+            StatusRefusal::of(&refused(409)),
+            Some(StatusRefusal::Conflict)
+        );
+        assert_eq!(StatusRefusal::of(&refused(500)), None);
+        let other = Error::ApplyDeployment(kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "Refused").with_code(403),
+        )));
+        assert_eq!(StatusRefusal::of(&other), None, "only status writes");
+        let note = StatusRefusal::Conflict.note(&refused(409));
+        assert!(
+            note.starts_with("status not written, conflict (409)"),
+            "{note}"
+        );
+        assert_eq!(StatusRefusal::Conflict.reason(), "StatusWriteConflict");
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! admission webhook enforces the same rules and more (see `admission.rs`), so a cluster still
 //! rejects bad specs when the webhook is down.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::Condition,
+};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -187,7 +190,37 @@ fn image_rule() -> String {
     format!("self.matches('{IMAGE_REFERENCE_PATTERN}')")
 }
 
+/// Annotation on the installed CRD: the schema serial this binary was built with. Raise
+/// [`SCHEMA_SERIAL`] with every change of the schema a user could notice, so that `check` can
+/// say whether an installed CRD is older or newer than the binary.
+pub const SCHEMA_SERIAL_ANNOTATION: &str = "example.com/schema-serial";
+/// Annotation on the installed CRD: [`schema_digest`] of the CRD it was generated as; tells any
+/// change, including one nobody remembered to count in the serial.
+pub const SCHEMA_DIGEST_ANNOTATION: &str = "example.com/schema-digest";
+/// The schema serial of this build (see [`SCHEMA_SERIAL_ANNOTATION`]).
+pub const SCHEMA_SERIAL: u32 = 1;
+
+/// `sha256:<hex>` of the generated CRD (without the two stamp annotations) as compact JSON.
+pub fn schema_digest() -> String {
+    let json = serde_json::to_vec(&MyApp::crd()).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &json);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The CRD to install: the generated one stamped with [`SCHEMA_SERIAL`] and [`schema_digest`].
+pub fn stamped_crd() -> CustomResourceDefinition {
+    let mut crd = MyApp::crd();
+    let annotations = crd
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(SCHEMA_SERIAL_ANNOTATION.into(), SCHEMA_SERIAL.to_string());
+    annotations.insert(SCHEMA_DIGEST_ANNOTATION.into(), schema_digest());
+    crd
+}
+
 /// The CustomResourceDefinition as YAML, exactly as `deploy/crd.yaml` holds it.
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
-    serde_saphyr::to_string(&MyApp::crd())
+    serde_saphyr::to_string(&stamped_crd())
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::{
-    Api, Client, CustomResourceExt,
+    Api, Client,
     api::{Patch, PatchParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
@@ -23,7 +23,6 @@ use crate::{
     admission::AdmissionConfig,
     certs,
     cli::{DevArgs, LeaderArgs},
-    crd::MyApp,
     resources::FIELD_MANAGER,
     run::{self, Parts},
 };
@@ -189,7 +188,7 @@ impl Environment {
     async fn install(&self, ca_pem: &str) -> Result<(), Error> {
         let client = self.client().await?;
         let apply = PatchParams::apply(FIELD_MANAGER).force();
-        let crd = MyApp::crd();
+        let crd = crate::crd::stamped_crd();
         let crds = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone());
         crds.patch(
             &crd.metadata.name.clone().unwrap_or_default(),

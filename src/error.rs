@@ -89,6 +89,14 @@ pub enum Error {
         #[source]
         source: kube::config::InferConfigError,
     },
+    /// The kubeconfig `check` was pointed at could not be read or used.
+    #[error("failed to load the kubeconfig {path}: {source}")]
+    LoadKubeconfig {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
     /// A second signal ended the graceful shutdown early.
     #[error(
         "a second signal cut the graceful shutdown short; in-flight requests may have been dropped"

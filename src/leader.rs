@@ -8,7 +8,7 @@
 //! `duration` after they *observed* its last change (as client-go does), so the two never
 //! overlap, whatever the clocks of the nodes say.
 
-use crate::Error;
+use crate::{Error, permission::Permission};
 use std::{future::Future, time::Duration};
 
 use k8s_openapi::{
@@ -19,6 +19,14 @@ use k8s_openapi::{
 use kube::{Api, Client, api::PostParams};
 use tokio::{sync::watch, time::Instant};
 use tracing::{info, warn};
+
+/// Every permission the election's calls need, in the Lease's namespace: read it, create it
+/// once, renew and release it with a resourceVersion-checked update.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission::namespaced("coordination.k8s.io", "leases", "get"),
+    Permission::namespaced("coordination.k8s.io", "leases", "create"),
+    Permission::namespaced("coordination.k8s.io", "leases", "update"),
+];
 
 /// Lease settings.
 #[derive(Clone, Debug)]

@@ -9,6 +9,8 @@ pub mod admission;
 pub mod cache;
 /// Local CA and webhook serving certificates.
 pub mod certs;
+/// `check`: the installation diagnosed, one line per check, with the fix.
+pub mod check;
 /// Flags and subcommands.
 pub mod cli;
 /// The async shell: watches, carrying out each reconcile's plan, backoff, Events.
@@ -27,6 +29,8 @@ pub mod fixtures;
 pub mod leader;
 /// Prometheus metrics.
 pub mod metrics;
+/// One RBAC permission the operator needs; the tables are next to the calls.
+pub mod permission;
 /// One reconcile decided without IO: what to apply, report, publish, and when to look again.
 pub mod plan;
 /// Read-your-writes: our writes the watch caches have not seen yet.

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use myapp_operator::{
-    cli::{Cli, Command},
+    cli::{Cli, Command, Output},
     crd, run, telemetry,
 };
 
@@ -33,6 +33,16 @@ fn run_command() -> anyhow::Result<()> {
                 args.out.display(),
                 args.sans.join(", ")
             );
+        }
+        Command::Check(args) => {
+            let report = runtime()?.block_on(myapp_operator::check::run(&args))?;
+            match args.output {
+                Output::Text => print!("{}", report.text()),
+                Output::Json => print!("{}", report.json()),
+            }
+            if !report.passed {
+                std::process::exit(1);
+            }
         }
         Command::Run(args) => {
             telemetry::init(args.log.log_format, &args.log.log_level)?;

@@ -109,6 +109,11 @@ pub struct Metrics {
     pub leader: Gauge,
     /// 1 once every watch cache of the leading controller holds a complete list.
     pub caches_synced: Gauge,
+    /// 1 while the leading controller's MyApp watch finds the CRD, 0 once it found it missing
+    /// (and before it looked).
+    pub crd_installed: Gauge,
+    /// Fights detected: a Deployment rewritten again and again at one generation.
+    pub fights: Counter,
 }
 
 impl Metrics {
@@ -127,6 +132,8 @@ impl Metrics {
             queue: Arc::default(),
             leader: Gauge::default(),
             caches_synced: Gauge::default(),
+            crd_installed: Gauge::default(),
+            fights: Counter::default(),
         };
         for result in ReconcileResult::ALL {
             let _ = metrics.reconciles.get_or_create(&ResultLabels { result });
@@ -190,6 +197,16 @@ impl Metrics {
             "caches_synced",
             "1 once the leading controller's watch caches hold a complete list",
             metrics.caches_synced.clone(),
+        );
+        registry.register(
+            "crd_installed",
+            "1 while the leading controller finds the MyApp CRD installed",
+            metrics.crd_installed.clone(),
+        );
+        registry.register(
+            "fights",
+            "Fights detected over a Deployment (rewritten at one generation; see the FightDetected Event)",
+            metrics.fights.clone(),
         );
         metrics
     }

@@ -131,6 +131,10 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: &["all"], status: true, generation: false },
     Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: &[], status: false, generation: false },
     Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: &["all"], status: true, generation: false },
+    // Stored, not derived from Services: a test publishes a webhook Service's endpoints both to
+    // the admission client (`AdmissionChain::set_endpoints`) and here, as the endpoint controllers would.
+    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: &[], status: false, generation: false },
+    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: &[], categories: &[], status: false, generation: false },
     Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], status: false, generation: false },
     Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: &["all"], status: true, generation: true },
     Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: &[], status: false, generation: false },

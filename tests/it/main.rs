@@ -3,6 +3,7 @@
 mod admission;
 mod alerts;
 mod binary;
+mod check;
 mod crd;
 mod dev;
 mod e2e;

@@ -240,6 +240,11 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
         used.insert(perm("example.com", "myapps/finalizers", "update"));
     }
     compare(&used, &rbac_yaml_permissions());
+    // The table `check` asks the API server about, compiled in beside the calls.
+    let table: BTreeSet<Permission> = myapp_operator::check::operator_permissions()
+        .map(|p| perm(p.group, p.resource, p.verb))
+        .collect();
+    compare(&used, &table);
 }
 
 fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
@@ -256,7 +261,7 @@ fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
 }
 
 /// `deploy/rbac.yaml` without one verb of one rule (the rule goes when no verb is left).
-fn rbac_documents_without(removed: &Permission) -> Vec<Value> {
+pub(crate) fn rbac_documents_without(removed: &Permission) -> Vec<Value> {
     let mut documents = crate::support::install::rbac_documents();
     for doc in &mut documents {
         if !matches!(doc["kind"].as_str(), Some("ClusterRole" | "Role")) {

@@ -324,6 +324,12 @@ fn parse_pair(
     Ok((pair, not_after))
 }
 
+/// A DER certificate's (`notBefore`, `notAfter`) as Unix seconds, for callers that judge a
+/// certificate they do not serve (the operator's `check`).
+pub fn certificate_validity(cert: &[u8]) -> Result<(i64, i64), &'static str> {
+    der::validity(cert)
+}
+
 // === Pinned verifier (warm-up) ===
 
 /// A client-side verifier that trusts exactly the certificate the server is serving.

@@ -1,0 +1,164 @@
+//! The whole admission path, proven without port-forwarding: a server-side dry-run
+//! (`dryRun=All`) create of a MyApp only the webhook denies, and of a good one it admits and
+//! defaults. Nothing is stored.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{Api, Client, api::PostParams};
+
+use crate::check::report::Check;
+use crate::check::target::{Target, api_message, names};
+use crate::{
+    admission::{Limits, validate},
+    crd::{EnvVar, MyApp, MyAppSpec},
+};
+
+/// Name of both dry-run MyApps.
+pub const PROBE_NAME: &str = "myapp-operator-check";
+
+/// A spec the CRD schema admits but the webhook denies: a sha256 digest of the wrong length
+/// (the schema only bounds its length from below).
+pub fn known_bad() -> MyAppSpec {
+    MyAppSpec {
+        image: format!("ghcr.io/example/web@sha256:{}", "0".repeat(40)),
+        port: 8080,
+        ..MyAppSpec::default()
+    }
+}
+
+/// A spec everyone admits.
+pub fn known_good() -> MyAppSpec {
+    MyAppSpec {
+        image: "ghcr.io/example/web:1.4.2".into(),
+        port: 8080,
+        replicas: Some(1),
+        ..MyAppSpec::default()
+    }
+}
+
+/// The denial and the admission checks.
+pub async fn checks(client: &Client, target: &Target) -> Vec<Check> {
+    let api = Api::<MyApp>::namespaced(client.clone(), &target.probe_namespace);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let path_hint = format!(
+        "the API server calls the webhook through the Service {}/{}: look at the endpoints and caBundle checks above, and at NetworkPolicies that could block the API server",
+        target.namespace,
+        names::WEBHOOK_SERVICE
+    );
+    let mut checks = Vec::new();
+
+    let bad = known_bad();
+    let expected = validate(&bad, None, &Limits::default())
+        .violations
+        .into_iter()
+        .next()
+        .map(|v| v.message)
+        .unwrap_or_default();
+    let created = api.create(&dry_run, &MyApp::new(PROBE_NAME, bad)).await;
+    checks.push(match created {
+        Err(error) if !expected.is_empty() && api_message(&error).contains(&expected) => Check::ok(
+            "webhook.denies-invalid",
+            format!("the webhook denies an invalid MyApp (dry run in {})", target.probe_namespace),
+        ),
+        Err(error) => Check::fail(
+            "webhook.denies-invalid",
+            format!(
+                "a dry-run create of an invalid MyApp failed, but not with the webhook's denial: {}",
+                api_message(&error)
+            ),
+            path_hint.clone(),
+            "webhook",
+        ),
+        Ok(_) => Check::fail(
+            "webhook.denies-invalid",
+            format!(
+                "the API server admitted a MyApp the webhook denies (dry run in {}): the validating webhook was not called",
+                target.probe_namespace
+            ),
+            "kubectl apply -f deploy/webhooks.yaml; its namespaceSelector leaves out kube-system and the operator's namespace (pass --probe-namespace to try another)",
+            "webhook",
+        ),
+    });
+
+    let defaults = configured_defaults(client, &target.namespace).await;
+    let admitted = api
+        .create(&dry_run, &MyApp::new(PROBE_NAME, known_good()))
+        .await;
+    checks.push(match admitted {
+        Ok(app) => {
+            let missing: Vec<&str> = defaults
+                .iter()
+                .filter(|d| !app.spec.env.contains(d))
+                .map(|d| d.name.as_str())
+                .collect();
+            if !missing.is_empty() {
+                Check::fail(
+                    "webhook.admits-valid",
+                    format!(
+                        "a valid MyApp was admitted without the env defaults the operator's Deployment configures: {}",
+                        missing.join(", ")
+                    ),
+                    "kubectl apply -f deploy/webhooks.yaml: the MutatingWebhookConfiguration must call /mutate-myapp",
+                    "webhook",
+                )
+            } else if defaults.is_empty() {
+                Check::ok(
+                    "webhook.admits-valid",
+                    "the webhook admits a valid MyApp (no env defaults configured to fill in)",
+                )
+            } else {
+                let names: Vec<&str> = defaults.iter().map(|d| d.name.as_str()).collect();
+                Check::ok(
+                    "webhook.admits-valid",
+                    format!("the webhook admits a valid MyApp and defaults it (env {})", names.join(", ")),
+                )
+            }
+        }
+        Err(error) => Check::fail(
+            "webhook.admits-valid",
+            format!("a dry-run create of a valid MyApp failed: {}", api_message(&error)),
+            path_hint,
+            "webhook",
+        ),
+    });
+    checks
+}
+
+/// The `--default-env` entries of the operator's Deployment (`deploy/deployment.yaml`), from
+/// its container args and `MYAPP_DEFAULT_ENV`. None when there is no such Deployment.
+async fn configured_defaults(client: &Client, namespace: &str) -> Vec<EnvVar> {
+    let Ok(Some(deployment)) = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get_opt(names::DEPLOYMENT)
+        .await
+    else {
+        return Vec::new();
+    };
+    let containers = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers)
+        .unwrap_or_default();
+    let mut entries = Vec::new();
+    for container in containers {
+        let args = container.args.unwrap_or_default();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            if let Some(value) = arg.strip_prefix("--default-env=") {
+                entries.push(value.to_owned());
+            } else if arg == "--default-env" {
+                entries.extend(args.next().cloned());
+            }
+        }
+        for env in container.env.unwrap_or_default() {
+            if env.name == "MYAPP_DEFAULT_ENV" {
+                entries.extend(env.value.unwrap_or_default().lines().map(str::to_owned));
+            }
+        }
+    }
+    entries
+        .iter()
+        .filter_map(|e| crate::admission::parse_default_env(e).ok())
+        .collect()
+}
