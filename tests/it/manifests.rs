@@ -452,6 +452,33 @@ fn webhook_configurations_are_scoped_and_fail_as_intended() {
 }
 
 #[test]
+fn the_webhook_gives_up_on_a_request_no_later_than_the_api_server_does() {
+    // Work past the API server's timeoutSeconds answers nobody and only burns CPU.
+    let config = webhook::ServerConfig::new(([127, 0, 0, 1], 0).into(), "/tls");
+    let mutating: MutatingWebhookConfiguration =
+        one("MutatingWebhookConfiguration", "myapp-operator");
+    let validating: ValidatingWebhookConfiguration =
+        one("ValidatingWebhookConfiguration", "myapp-operator");
+    let timeouts = (mutating.webhooks.unwrap().iter())
+        .map(|w| w.timeout_seconds)
+        .chain(
+            validating
+                .webhooks
+                .unwrap()
+                .iter()
+                .map(|w| w.timeout_seconds),
+        )
+        .collect::<Vec<_>>();
+    assert!(!timeouts.is_empty());
+    for timeout in timeouts {
+        // Unset means 10 s on the API server.
+        let timeout = std::time::Duration::from_secs(timeout.unwrap_or(10).try_into().unwrap());
+        assert!(config.request_timeout <= timeout, "{timeout:?}");
+        assert!(config.body_read_timeout <= config.request_timeout);
+    }
+}
+
+#[test]
 fn dockerfile_builds_locked_and_runs_a_static_non_root_binary() {
     let text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile")).unwrap();

@@ -321,7 +321,10 @@ impl Failure {
                 },
             },
         );
-        if self.http == StatusCode::PAYLOAD_TOO_LARGE {
+        if matches!(
+            self.http,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
             // The rest of the body was not read: the connection cannot be reused.
             response
                 .headers_mut()
@@ -498,8 +501,16 @@ async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
         .collect()
         .await
         .map_err(|error| {
+            let mut causes =
+                std::iter::successors(Some(&*error as &dyn std::error::Error), |e| e.source());
             if error.downcast_ref::<LengthLimitError>().is_some() {
                 too_large()
+            } else if causes.any(|cause| cause.is::<BodyTimedOut>()) {
+                Failure::http(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Timeout",
+                    "request body not received within the body-read timeout".to_owned(),
+                )
             } else {
                 Failure::http(
                     StatusCode::BAD_REQUEST,
@@ -518,6 +529,18 @@ async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
     }
     Ok(body)
 }
+
+/// The server's body-read deadline passed before the body was complete.
+#[derive(Debug)]
+pub(crate) struct BodyTimedOut;
+
+impl fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("body-read timeout")
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
 
 /// The 413 answer, also used by the server before reading a body declared too large.
 fn too_large() -> Failure {
