@@ -374,8 +374,28 @@ fn webhook_configurations_are_scoped_and_fail_as_intended() {
         );
     }
     let m = &mutating.webhooks.unwrap()[0];
-    let v = &validating.webhooks.unwrap()[0];
+    let validating = validating.webhooks.unwrap();
+    let v = &validating[0];
     assert_eq!(v.failure_policy.as_deref(), Some("Fail"));
+    // `kubectl scale` and autoscalers write replicas through the scale subresource: its own
+    // webhook, on its own path (the review carries a Scale, not a MyApp).
+    let scale = &validating[1];
+    let rules = scale.rules.as_ref().unwrap();
+    assert_eq!(rules[0].resources, Some(vec!["myapps/scale".to_owned()]));
+    assert_eq!(rules[0].operations, Some(vec!["UPDATE".to_owned()]));
+    assert_eq!(scale.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(
+        scale
+            .client_config
+            .service
+            .as_ref()
+            .unwrap()
+            .path
+            .as_deref(),
+        Some(myapp_operator::admission::SCALE_PATH)
+    );
+    assert_eq!(scale.timeout_seconds, v.timeout_seconds);
+    assert_eq!(scale.namespace_selector, v.namespace_selector);
     for (rules, side_effects, versions, match_policy, timeout, selector, conditions, service) in [
         (
             &m.rules,
