@@ -472,6 +472,44 @@ fn webhook_configurations_are_scoped_and_fail_as_intended() {
 }
 
 #[test]
+fn the_network_policy_opens_the_webhook_port_to_all_and_the_admin_port_to_monitoring_only() {
+    let policy: NetworkPolicy = one("NetworkPolicy", "myapp-operator");
+    let spec = policy.spec.unwrap();
+    let rules = spec.ingress.unwrap();
+    let port_of = |rule: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        let ports = rule.ports.clone().unwrap_or_default();
+        assert_eq!(ports.len(), 1, "one port per rule: {rule:?}");
+        match ports[0].port.clone() {
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(name)) => name,
+            other => panic!("ports are named as in the Deployment: {other:?}"),
+        }
+    };
+    let rule = |name: &str| {
+        let found: Vec<_> = rules.iter().filter(|r| port_of(r) == name).collect();
+        assert_eq!(found.len(), 1, "{name}: {rules:?}");
+        found[0].clone()
+    };
+    // The API server calls from wherever it runs.
+    assert!(rule("webhook").from.is_none());
+    let peers = rule("admin").from.unwrap();
+    assert_eq!(peers.len(), 1);
+    assert!(peers[0].pod_selector.is_none() && peers[0].ip_block.is_none());
+    let labels = peers[0]
+        .namespace_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap();
+    assert_eq!(
+        labels,
+        [("myapp.example.com/monitoring".to_owned(), "true".to_owned())].into()
+    );
+    assert_eq!(rules.len(), 2, "no other way in");
+    // The label an admin must set is documented where the install is.
+    let readme = std::fs::read_to_string(deploy("README.md")).unwrap();
+    assert!(readme.contains("myapp.example.com/monitoring"));
+}
+
+#[test]
 fn the_webhook_gives_up_on_a_request_no_later_than_the_api_server_does() {
     // Work past the API server's timeoutSeconds answers nobody and only burns CPU.
     let config = webhook::ServerConfig::new(([127, 0, 0, 1], 0).into(), "/tls");
