@@ -4,6 +4,7 @@ mod admission;
 mod crd;
 mod dev;
 mod e2e;
+mod fuzz;
 mod install;
 mod layout;
 mod manifests;
