@@ -352,7 +352,7 @@ fn big_reviews(review: &Value, target: usize) -> Vec<(&'static str, Bytes)> {
         edit(&mut review["request"]["object"]["spec"]);
         body_of(&review)
     };
-    let entries = target / 40;
+    let entries = target / 31;
     let env: Vec<Value> = (0..entries)
         .map(|i| json!({"name": format!("V{i}"), "value": "x"}))
         .collect();

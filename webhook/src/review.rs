@@ -746,7 +746,7 @@ where
                 Ok(body) => body,
                 Err(response) => return response,
             };
-            validate_body(&body, &*rule)
+            off_the_workers(body, move |body| validate_body(body, &*rule)).await
         }
     })
 }
@@ -815,9 +815,32 @@ where
                 Ok(body) => body,
                 Err(response) => return response,
             };
-            mutate_body(&body, &*rule)
+            off_the_workers(body, move |body| mutate_body(body, &*rule)).await
         }
     })
+}
+
+/// Bodies from this size on are reviewed on the blocking pool. Parsing and judging one at the
+/// size limit takes tens of milliseconds; on an async worker it would hold up every small
+/// review queued behind it (two workers on two cores: two big reviews stall all the rest).
+/// The work is O(n) in the body, so it never outlives its request by much.
+const OFFLOAD_BYTES: usize = 256 * 1024;
+
+async fn off_the_workers(
+    body: axum::body::Bytes,
+    review: impl FnOnce(&[u8]) -> Response + Send + 'static,
+) -> Response {
+    if body.len() < OFFLOAD_BYTES {
+        return review(&body);
+    }
+    match tokio::task::spawn_blocking(move || review(&body)).await {
+        Ok(response) => response,
+        // Rules' panics are caught inside; this is the runtime shutting down.
+        Err(error) => {
+            error!(%error, "Review task did not finish");
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
 }
 
 fn mutate_body<T, F>(body: &[u8], rule: &F) -> Response
