@@ -14,6 +14,7 @@
 //! | `spec.env` names unique | list-map key | reported on the name field, once per duplicate |
 //! | `spec.env` at most 64, values <= 8192 | yes (values in characters) | values in bytes (stricter) |
 //! | `metadata.name` a DNS-1035 label | CEL | |
+//! | `/scale` writes: replicas as above | `0..=1000` (the CRD's scale path) | [`validate_scale`]: `--max-replicas` |
 //!
 //! On UPDATE the old spec is compared with the new one in one place: an over-the-maximum
 //! `spec.replicas` that the update leaves unchanged is admitted with a warning (ratcheting), so
@@ -31,6 +32,7 @@
 use std::sync::Arc;
 
 use axum::Router;
+use k8s_openapi::api::autoscaling::v1::Scale;
 use serde::{Deserialize, Serialize};
 use webhook::{Context, Verdict, Violation};
 
@@ -42,6 +44,9 @@ use crate::crd::{
 pub const VALIDATE_PATH: &str = "/validate-myapp";
 /// Path of the mutating webhook (the deploy manifests point here).
 pub const MUTATE_PATH: &str = "/mutate-myapp";
+/// Path of the validating webhook for the `/scale` subresource (the deploy manifests point
+/// here).
+pub const SCALE_PATH: &str = "/validate-myapp-scale";
 
 /// Longest repository name (domain and path) the distribution spec allows.
 pub const MAX_IMAGE_NAME_LEN: usize = 255;
@@ -117,7 +122,12 @@ pub fn parse_default_env(text: &str) -> Result<EnvVar, String> {
 /// it.
 pub fn validate(new: &MyAppSpec, old: Option<&MyAppSpec>, limits: &Limits) -> Verdict {
     let mut verdict = Verdict::default();
-    replicas(new, old, limits, &mut verdict);
+    replicas(
+        new.replicas,
+        old.and_then(|o| o.replicas),
+        limits,
+        &mut verdict,
+    );
     port(new, &mut verdict);
     image(&new.image, &mut verdict);
     env(&new.env, &mut verdict);
@@ -147,8 +157,8 @@ pub fn validate_name(name: &str) -> Option<Violation> {
     (!ok).then(|| Violation::invalid("metadata.name", format!("{name:?}"), DETAIL))
 }
 
-fn replicas(new: &MyAppSpec, old: Option<&MyAppSpec>, limits: &Limits, verdict: &mut Verdict) {
-    let Some(replicas) = new.replicas else {
+fn replicas(new: Option<i32>, old: Option<i32>, limits: &Limits, verdict: &mut Verdict) {
+    let Some(replicas) = new else {
         return;
     };
     const FIELD: &str = "spec.replicas";
@@ -165,7 +175,7 @@ fn replicas(new: &MyAppSpec, old: Option<&MyAppSpec>, limits: &Limits, verdict: 
             &format!("must be less than or equal to {MAX_REPLICAS}"),
         ));
     } else if replicas > limits.max_replicas {
-        if old.and_then(|o| o.replicas) == Some(replicas) {
+        if old == Some(replicas) {
             verdict.warnings.push(format!(
                 "spec.replicas {replicas} is above the operator's maximum {}; kept because unchanged",
                 limits.max_replicas
@@ -550,7 +560,23 @@ pub fn review(
     verdict
 }
 
-/// The webhook routes: `POST /validate-myapp` and `POST /mutate-myapp`.
+/// The rule for a write of the `/scale` subresource (`kubectl scale`, autoscalers), whose
+/// review carries `autoscaling/v1` `Scale` objects: the replicas rules of [`validate`],
+/// ratcheting included. A `Scale` omits `spec.replicas` when it is 0.
+pub fn validate_scale(new: &Scale, old: Option<&Scale>, limits: &Limits) -> Verdict {
+    let replicas_of = |scale: &Scale| Some(scale.spec.as_ref()?.replicas.unwrap_or(0));
+    let mut verdict = Verdict::default();
+    replicas(
+        Some(replicas_of(new).unwrap_or(0)),
+        old.and_then(replicas_of),
+        limits,
+        &mut verdict,
+    );
+    verdict
+}
+
+/// The webhook routes: `POST /validate-myapp`, `POST /validate-myapp-scale` and
+/// `POST /mutate-myapp`.
 pub fn router(config: AdmissionConfig) -> Router {
     let limits = config.limits();
     let defaults = Arc::new(config.default_env);
@@ -559,6 +585,12 @@ pub fn router(config: AdmissionConfig) -> Router {
             VALIDATE_PATH,
             webhook::validating(move |new: &Reviewed, old: Option<&Reviewed>, context| {
                 review(new, old, context, &limits)
+            }),
+        )
+        .route(
+            SCALE_PATH,
+            webhook::validating(move |new: &Scale, old: Option<&Scale>, _context| {
+                validate_scale(new, old, &limits)
             }),
         )
         .route(
@@ -796,5 +828,32 @@ mod tests {
                 .contains("must not start with a digit")
         );
         assert!(parse_default_env("=x").is_err());
+    }
+
+    fn scale(replicas: Option<i32>) -> Scale {
+        Scale {
+            spec: Some(k8s_openapi::api::autoscaling::v1::ScaleSpec { replicas }),
+            ..Scale::default()
+        }
+    }
+
+    #[test]
+    fn a_scale_write_gets_the_replicas_rules_ratcheting_included() {
+        let limits = Limits { max_replicas: 5 };
+        let denied = validate_scale(&scale(Some(7)), Some(&scale(Some(3))), &limits);
+        assert_eq!(fields(&denied), ["spec.replicas"]);
+        assert!(denied.violations[0].to_string().contains("--max-replicas"));
+        let negative = validate_scale(&scale(Some(-1)), Some(&scale(Some(3))), &limits);
+        assert_eq!(fields(&negative), ["spec.replicas"]);
+        let allowed = validate_scale(&scale(Some(5)), Some(&scale(Some(3))), &limits);
+        assert!(allowed.violations.is_empty());
+        // Kept above a lowered maximum: a no-op scale must not fail.
+        let kept = validate_scale(&scale(Some(7)), Some(&scale(Some(7))), &limits);
+        assert!(kept.violations.is_empty());
+        assert_eq!(kept.warnings.len(), 1);
+        // A Scale omits replicas 0.
+        let zero = validate_scale(&scale(None), Some(&scale(Some(3))), &limits);
+        assert!(zero.violations.is_empty());
+        assert_eq!(zero.warnings, ["spec.replicas is 0: the app runs no pods"]);
     }
 }

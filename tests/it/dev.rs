@@ -23,6 +23,10 @@ impl Drop for Dev {
 
 /// Starts `dev` on free ports and reads what it prints up to "Ctrl-C stops everything.".
 fn start_dev(state_dir: &std::path::Path) -> Dev {
+    start_dev_with(state_dir, &[])
+}
+
+fn start_dev_with(state_dir: &std::path::Path, extra: &[&str]) -> Dev {
     let mut child = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
         .args([
             "dev",
@@ -41,6 +45,7 @@ fn start_dev(state_dir: &std::path::Path) -> Dev {
             "--log-level",
             "warn",
         ])
+        .args(extra)
         .arg("--state-dir")
         .arg(state_dir)
         // Another directory than the repository: dev must not depend on where it runs.
@@ -203,6 +208,37 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_beyond_max_replicas_is_refused_by_the_webhook() {
+    let state = tempfile::tempdir().unwrap();
+    let dev = start_dev_with(state.path(), &["--max-replicas", "5"]);
+    let kubeconfig = std::fs::read_to_string(printed(&dev, "export KUBECONFIG=")).unwrap();
+    let Some(kubectl) = kubectl::Kubectl::new(&kubeconfig) else {
+        return;
+    };
+    kubectl.ok(&["apply", "-f", &example("myapp.yaml")]).await;
+    // An autoscaler writes the same way: through the scale subresource, not the MyApp.
+    let out = kubectl
+        .run(&["scale", "myapp", "web", "--replicas=7"])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("spec.replicas: Invalid value: 7: must be less than or equal to 5"),
+        "{stderr}"
+    );
+    let replicas = kubectl
+        .ok(&["get", "myapp", "web", "-o", "jsonpath={.spec.replicas}"])
+        .await;
+    assert_eq!(replicas, "3");
+    let scaled = kubectl.ok(&["scale", "myapp", "web", "--replicas=5"]).await;
+    assert!(scaled.contains("myapp.example.com/web scaled"), "{scaled}");
+    let replicas = kubectl
+        .ok(&["get", "myapp", "web", "-o", "jsonpath={.spec.replicas}"])
+        .await;
+    assert_eq!(replicas, "5");
 }
 
 /// The status code of a plain HTTP/1.1 GET on loopback.

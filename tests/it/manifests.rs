@@ -376,8 +376,28 @@ fn webhook_configurations_are_scoped_and_fail_as_intended() {
         );
     }
     let m = &mutating.webhooks.unwrap()[0];
-    let v = &validating.webhooks.unwrap()[0];
+    let validating = validating.webhooks.unwrap();
+    let v = &validating[0];
     assert_eq!(v.failure_policy.as_deref(), Some("Fail"));
+    // `kubectl scale` and autoscalers write replicas through the scale subresource: its own
+    // webhook, on its own path (the review carries a Scale, not a MyApp).
+    let scale = &validating[1];
+    let rules = scale.rules.as_ref().unwrap();
+    assert_eq!(rules[0].resources, Some(vec!["myapps/scale".to_owned()]));
+    assert_eq!(rules[0].operations, Some(vec!["UPDATE".to_owned()]));
+    assert_eq!(scale.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(
+        scale
+            .client_config
+            .service
+            .as_ref()
+            .unwrap()
+            .path
+            .as_deref(),
+        Some(myapp_operator::admission::SCALE_PATH)
+    );
+    assert_eq!(scale.timeout_seconds, v.timeout_seconds);
+    assert_eq!(scale.namespace_selector, v.namespace_selector);
     for (rules, side_effects, versions, match_policy, timeout, selector, conditions, service) in [
         (
             &m.rules,
@@ -450,6 +470,71 @@ fn webhook_configurations_are_scoped_and_fail_as_intended() {
             ),
             ("myapp-operator-webhook", "myapp-system", Some(443))
         );
+    }
+}
+
+#[test]
+fn the_network_policy_opens_the_webhook_port_to_all_and_the_admin_port_to_monitoring_only() {
+    let policy: NetworkPolicy = one("NetworkPolicy", "myapp-operator");
+    let spec = policy.spec.unwrap();
+    let rules = spec.ingress.unwrap();
+    let port_of = |rule: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        let ports = rule.ports.clone().unwrap_or_default();
+        assert_eq!(ports.len(), 1, "one port per rule: {rule:?}");
+        match ports[0].port.clone() {
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(name)) => name,
+            other => panic!("ports are named as in the Deployment: {other:?}"),
+        }
+    };
+    let rule = |name: &str| {
+        let found: Vec<_> = rules.iter().filter(|r| port_of(r) == name).collect();
+        assert_eq!(found.len(), 1, "{name}: {rules:?}");
+        found[0].clone()
+    };
+    // The API server calls from wherever it runs.
+    assert!(rule("webhook").from.is_none());
+    let peers = rule("admin").from.unwrap();
+    assert_eq!(peers.len(), 1);
+    assert!(peers[0].pod_selector.is_none() && peers[0].ip_block.is_none());
+    let labels = peers[0]
+        .namespace_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap();
+    assert_eq!(
+        labels,
+        [("myapp.example.com/monitoring".to_owned(), "true".to_owned())].into()
+    );
+    assert_eq!(rules.len(), 2, "no other way in");
+    // The label an admin must set is documented where the install is.
+    let readme = std::fs::read_to_string(deploy("README.md")).unwrap();
+    assert!(readme.contains("myapp.example.com/monitoring"));
+}
+
+#[test]
+fn the_webhook_gives_up_on_a_request_no_later_than_the_api_server_does() {
+    // Work past the API server's timeoutSeconds answers nobody and only burns CPU.
+    let config = webhook::ServerConfig::new(([127, 0, 0, 1], 0).into(), "/tls");
+    let mutating: MutatingWebhookConfiguration =
+        one("MutatingWebhookConfiguration", "myapp-operator");
+    let validating: ValidatingWebhookConfiguration =
+        one("ValidatingWebhookConfiguration", "myapp-operator");
+    let timeouts = (mutating.webhooks.unwrap().iter())
+        .map(|w| w.timeout_seconds)
+        .chain(
+            validating
+                .webhooks
+                .unwrap()
+                .iter()
+                .map(|w| w.timeout_seconds),
+        )
+        .collect::<Vec<_>>();
+    assert!(!timeouts.is_empty());
+    for timeout in timeouts {
+        // Unset means 10 s on the API server.
+        let timeout = std::time::Duration::from_secs(timeout.unwrap_or(10).try_into().unwrap());
+        assert!(config.request_timeout <= timeout, "{timeout:?}");
+        assert!(config.body_read_timeout <= config.request_timeout);
     }
 }
 

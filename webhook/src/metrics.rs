@@ -55,8 +55,14 @@ pub enum Rejection {
     HandshakeTimeout,
     /// The TLS handshake failed (bad client hello, old protocol version, no shared ALPN...).
     HandshakeFailed,
+    /// No request began within the first-request timeout after the handshake.
+    FirstRequestTimeout,
     /// The request head did not arrive within the header-read timeout.
     HeaderTimeout,
+    /// The request body did not arrive within the body-read timeout.
+    BodyTimeout,
+    /// A connection without a request in flight was closed to admit a new one at the cap.
+    Shed,
     /// The request was not answered within the whole-request timeout.
     RequestTimeout,
     /// The declared body was larger than the limit.
@@ -90,7 +96,10 @@ impl Rejection {
         match self {
             Self::HandshakeTimeout => "handshake_timeout",
             Self::HandshakeFailed => "handshake_failed",
+            Self::FirstRequestTimeout => "first_request_timeout",
             Self::HeaderTimeout => "header_timeout",
+            Self::BodyTimeout => "body_timeout",
+            Self::Shed => "shed",
             Self::RequestTimeout => "request_timeout",
             Self::BodyTooLarge => "body_too_large",
         }

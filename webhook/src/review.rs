@@ -333,7 +333,10 @@ impl Failure {
                 },
             },
         );
-        if self.http == StatusCode::PAYLOAD_TOO_LARGE {
+        if matches!(
+            self.http,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
             // The rest of the body was not read: the connection cannot be reused.
             response
                 .headers_mut()
@@ -523,8 +526,16 @@ async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
         .collect()
         .await
         .map_err(|error| {
+            let mut causes =
+                std::iter::successors(Some(&*error as &dyn std::error::Error), |e| e.source());
             if error.downcast_ref::<LengthLimitError>().is_some() {
                 too_large()
+            } else if causes.any(|cause| cause.is::<BodyTimedOut>()) {
+                Failure::http(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Timeout",
+                    "request body not received within the body-read timeout".to_owned(),
+                )
             } else {
                 Failure::http(
                     StatusCode::BAD_REQUEST,
@@ -543,6 +554,18 @@ async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
     }
     Ok(body)
 }
+
+/// The server's body-read deadline passed before the body was complete.
+#[derive(Debug)]
+pub(crate) struct BodyTimedOut;
+
+impl fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("body-read timeout")
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
 
 /// The 413 answer, also used by the server before reading a body declared too large.
 fn too_large() -> Failure {
@@ -748,7 +771,7 @@ where
                 Ok(body) => body,
                 Err(response) => return response,
             };
-            validate_body(&body, &*rule)
+            off_the_workers(body, move |body| validate_body(body, &*rule)).await
         }
     })
 }
@@ -836,9 +859,32 @@ where
                 Ok(body) => body,
                 Err(response) => return response,
             };
-            mutate_body(&body, &*rule)
+            off_the_workers(body, move |body| mutate_body(body, &*rule)).await
         }
     })
+}
+
+/// Bodies from this size on are reviewed on the blocking pool. Parsing and judging one at the
+/// size limit takes tens of milliseconds; on an async worker it would hold up every small
+/// review queued behind it (two workers on two cores: two big reviews stall all the rest).
+/// The work is O(n) in the body, so it never outlives its request by much.
+const OFFLOAD_BYTES: usize = 256 * 1024;
+
+async fn off_the_workers(
+    body: axum::body::Bytes,
+    review: impl FnOnce(&[u8]) -> Response + Send + 'static,
+) -> Response {
+    if body.len() < OFFLOAD_BYTES {
+        return review(&body);
+    }
+    match tokio::task::spawn_blocking(move || review(&body)).await {
+        Ok(response) => response,
+        // Rules' panics are caught inside; this is the runtime shutting down.
+        Err(error) => {
+            error!(%error, "Review task did not finish");
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
 }
 
 fn mutate_body<T, F>(body: &[u8], rule: &F) -> Response
@@ -888,17 +934,25 @@ where
     let internal = |message: String| {
         Failure::denial(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
     };
-    let before = serde_json::to_value(&object)
+    // Compared as bytes: a value tree of a body at the size limit costs ten times the body,
+    // and most reviews change nothing.
+    let before = serde_json::to_vec(&object)
         .map_err(|e| internal(format!("failed to serialise the typed object: {e}")))?;
     let context = request.context();
     catch_unwind(AssertUnwindSafe(|| rule(&mut object, &context)))
         .map_err(|payload| panic_failure(&*payload, &request.uid))?;
-    let after = serde_json::to_value(&object)
+    let after = serde_json::to_vec(&object)
         .map_err(|e| internal(format!("failed to serialise the mutated object: {e}")))?;
     if before == after {
         // The common case once defaults are in place: no need to look at the raw object.
         return Ok(None);
     }
+    drop(object);
+    let tree = |bytes: Vec<u8>| {
+        serde_json::from_slice::<Value>(&bytes)
+            .map_err(|e| internal(format!("failed to read back the typed object: {e}")))
+    };
+    let (before, after) = (tree(before)?, tree(after)?);
     let raw = raw_members(raw_object, &after).map_err(|e| {
         Failure::denial(
             StatusCode::BAD_REQUEST,

@@ -81,10 +81,18 @@ struct Inner {
     paths: CertPaths,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<CertifiedKey>>,
-    // Bytes of the last pair *attempted* (good or bad): a bad pair is counted once, not on
-    // every poll while it stays on disk.
-    last_seen: Mutex<(Vec<u8>, Vec<u8>)>,
+    // The last pair *attempted* (good, bad or unreadable): a bad pair is counted once, not on
+    // every poll or watch event while it stays on disk.
+    last_seen: Mutex<Seen>,
     metrics: Metrics,
+}
+
+/// What the last reload found on disk.
+#[derive(PartialEq, Eq)]
+enum Seen {
+    Pair(Vec<u8>, Vec<u8>),
+    // The read error's message: the same failure again is not a new bad pair.
+    Unreadable(String),
 }
 
 impl fmt::Debug for CertStore {
@@ -111,7 +119,7 @@ impl CertStore {
                 paths,
                 provider,
                 current: RwLock::new(Arc::new(key)),
-                last_seen: Mutex::new((cert_pem, key_pem)),
+                last_seen: Mutex::new(Seen::Pair(cert_pem, key_pem)),
                 metrics,
             }),
         })
@@ -131,19 +139,24 @@ impl CertStore {
 
     fn try_reload(&self) -> Result<Reload, Error> {
         let paths = &self.inner.paths;
-        let (cert_pem, key_pem) = read_pair(paths)?;
+        let read = read_pair(paths);
+        let seen = match &read {
+            Ok((cert_pem, key_pem)) => Seen::Pair(cert_pem.clone(), key_pem.clone()),
+            Err(error) => Seen::Unreadable(error.to_string()),
+        };
         {
             let mut last = self
                 .inner
                 .last_seen
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if last.0 == cert_pem && last.1 == key_pem {
+            if *last == seen {
                 return Ok(Reload::Unchanged);
             }
-            // Remember before parsing, so a bad pair is reported once.
-            *last = (cert_pem.clone(), key_pem.clone());
+            // Remember before parsing, so a bad pair (or a missing file) is reported once.
+            *last = seen;
         }
+        let (cert_pem, key_pem) = read?;
         let (key, not_after) = parse_pair(paths, &cert_pem, &key_pem, &self.inner.provider)?;
         *self
             .inner
@@ -632,6 +645,25 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("tls.key"), "{text}");
         assert!(text.starts_with("failed to read"), "{text}");
+    }
+
+    #[test]
+    fn a_key_file_gone_missing_counts_one_reload_error_however_often_it_is_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed((2030, 1, 1));
+        write_pair(dir.path(), &cert, &key);
+        let metrics = Metrics::new();
+        let store = CertStore::load(CertPaths::in_dir(dir.path()), metrics.clone()).unwrap();
+        std::fs::remove_file(dir.path().join("tls.key")).unwrap();
+        // A watch event and a poll (and later polls) all see the same missing file.
+        let error = store.reload().unwrap_err();
+        assert!(error.to_string().contains("tls.key"), "{error}");
+        assert_eq!(store.reload().unwrap(), Reload::Unchanged);
+        assert_eq!(store.reload().unwrap(), Reload::Unchanged);
+        assert_eq!(metrics.cert_reload_errors(), 1);
+        // The pair back in place is a change again.
+        write_pair(dir.path(), &cert, &key);
+        assert_eq!(store.reload().unwrap(), Reload::Replaced);
     }
 
     #[test]

@@ -7,15 +7,15 @@ use serde_json::Value;
 use super::context::{Ctx, json_response, media_type, not_found_path, parse_body, read_current};
 use super::patch::{PatchKind, parse_patch_body};
 use super::update::{Commit, WRITE_RETRIES, commit_checked};
-use super::write::admit;
-use crate::admission::Operation;
+use super::write::admit_scale;
 use crate::patch;
 use crate::schema::FieldError;
 use crate::status::ApiError;
 use crate::store::meta_str;
 
 /// GET, PUT and PATCH of `/scale`: the Scale view of the object; writes set its replicas
-/// through the ordinary update path (generation, admission, schema validation).
+/// through the update path (generation, schema validation), admitted as a `Scale`
+/// (see [`admit_scale`]).
 pub(super) async fn scale_request(
     ctx: &mut Ctx,
     method: &Method,
@@ -72,31 +72,39 @@ pub(super) async fn scale_request(
         {
             return Err(ApiError::conflict(&ctx.rt, ctx.name()));
         }
-        let Some(replicas) = requested.pointer("/spec/replicas").and_then(Value::as_i64) else {
-            return Err(ApiError::invalid(
-                &ctx.rt,
-                ctx.name(),
-                vec![FieldError::new(
-                    "spec.replicas",
-                    "FieldValueRequired",
-                    "Required value: an integer is required",
-                )],
-            ));
+        let (rt, name) = (ctx.rt.clone(), ctx.name().to_owned());
+        let replicas_of = |scale: &Value| -> Result<i64, ApiError> {
+            let Some(replicas) = scale.pointer("/spec/replicas").and_then(Value::as_i64) else {
+                return Err(ApiError::invalid(
+                    &rt,
+                    &name,
+                    vec![FieldError::new(
+                        "spec.replicas",
+                        "FieldValueRequired",
+                        "Required value: an integer is required",
+                    )],
+                ));
+            };
+            if replicas < 0 {
+                return Err(ApiError::invalid(
+                    &rt,
+                    &name,
+                    vec![FieldError::new(
+                        "spec.replicas",
+                        "FieldValueInvalid",
+                        format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                    )],
+                ));
+            }
+            Ok(replicas)
         };
-        if replicas < 0 {
-            return Err(ApiError::invalid(
-                &ctx.rt,
-                ctx.name(),
-                vec![FieldError::new(
-                    "spec.replicas",
-                    "FieldValueInvalid",
-                    format!("Invalid value: {replicas}: must be greater than or equal to 0"),
-                )],
-            ));
-        }
-        let mut new = old.clone();
-        crate::scale::set_replicas(&paths, &mut new, replicas);
-        let new = admit(ctx, Operation::Update, new, Some(&old)).await?;
+        replicas_of(&requested)?;
+        let apply = |scale: &Value| {
+            let mut new = old.clone();
+            crate::scale::set_replicas(&paths, &mut new, replicas_of(scale)?);
+            Ok(new)
+        };
+        let new = admit_scale(ctx, requested.clone(), &current, &old, apply).await?;
         match commit_checked(ctx, &old, new)? {
             Commit::Done(_, stored) => {
                 let scale = crate::scale::to_scale(&paths, &stored);

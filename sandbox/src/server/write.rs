@@ -170,6 +170,54 @@ pub(super) async fn admit(
     Ok(obj)
 }
 
+/// Admission of a `/scale` write, as kube-apiserver does it: the chain sees `autoscaling/v1`
+/// `Scale` objects (the requested view and the stored one) with subresource `scale`, never the
+/// whole object; the webhooks of the main resource are not called. Mutating webhooks may change
+/// the requested Scale; `apply` then turns the Scale into the new object, which is validated
+/// against the schema before the validating webhooks see the Scale. Returns the new object.
+pub(super) async fn admit_scale(
+    ctx: &mut Ctx,
+    mut scale: Value,
+    old_scale: &Value,
+    old: &Value,
+    apply: impl Fn(&Value) -> Result<Value, ApiError>,
+) -> Result<Value, ApiError> {
+    let (mutating, validating) = webhook_configurations(ctx);
+    let mut attributes = admission_attributes(
+        ctx,
+        Operation::Update,
+        Some(scale.clone()),
+        Some(old_scale.clone()),
+    );
+    attributes.kind = GroupVersionKind::new("autoscaling", "v1", "Scale");
+    if !mutating.is_empty() {
+        let mutated = ctx
+            .inner
+            .admission
+            .mutate(&mutating, &attributes)
+            .await
+            .map_err(|r| rejected(ctx, r))?;
+        ctx.warnings.extend(mutated.warnings);
+        if let Some(mutated) = mutated.object {
+            scale = mutated;
+        }
+    }
+    let mut new = apply(&scale)?;
+    validate_object(ctx, &mut new, Some(old))
+        .map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
+    if !validating.is_empty() {
+        attributes.object = Some(scale);
+        let validated = ctx
+            .inner
+            .admission
+            .validate(&validating, &attributes)
+            .await
+            .map_err(|r| rejected(ctx, r))?;
+        ctx.warnings.extend(validated.warnings);
+    }
+    Ok(new)
+}
+
 pub(super) fn rejected(ctx: &Ctx, rejection: Rejection) -> ApiError {
     ApiError::from(rejection).with_earlier_warnings(&ctx.warnings)
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::CustomResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_sandbox::Sandbox;
 use kube_sandbox::admission::ServiceRef;
 use kube_sandbox::testing::{Kubectl, path_str};
@@ -77,6 +77,75 @@ async fn writes_pass_mutating_then_validating_webhooks_and_denials_reach_the_cli
         .delete("ok", &DeleteParams::default())
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_scale_write_is_admitted_as_an_autoscaling_v1_scale_as_kube_apiserver_does() {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let client = client(&sandbox);
+    let (_, mut scale_check) = webhook.configurations("sandbox.test", "widgets/scale");
+    scale_check["metadata"]["name"] = json!("scale-check");
+    scale_check["webhooks"][0]["name"] = json!("scale.sandbox.test");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(scale_check).unwrap(),
+        )
+        .await
+        .unwrap();
+    let widgets: Api<Widget> = Api::default_namespaced(client);
+    widgets
+        .create(&PostParams::default(), &widget("w", 2, "m"))
+        .await
+        .unwrap();
+    webhook.reviews.lock().unwrap().clear();
+
+    let scale_to = |replicas: i32| {
+        let widgets = widgets.clone();
+        async move {
+            let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
+            widgets
+                .patch_scale("w", &PatchParams::default(), &patch)
+                .await
+        }
+    };
+    let err = scale_to(7).await.unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("scale.sandbox.test"),
+        "{}",
+        status.message
+    );
+    scale_to(4).await.unwrap();
+    assert_eq!(widgets.get("w").await.unwrap().spec.replicas, 4);
+
+    let reviews = webhook.reviews.lock().unwrap().clone();
+    // Only the scale webhook was called, twice, each time with Scale objects.
+    assert_eq!(reviews.len(), 2, "{reviews:?}");
+    let request = &reviews[1].1["request"];
+    assert_eq!(
+        request["kind"],
+        json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    );
+    assert_eq!(request["resource"]["resource"], "widgets");
+    assert_eq!(request["subResource"], "scale");
+    assert_eq!(request["operation"], "UPDATE");
+    for (field, replicas) in [("object", 4), ("oldObject", 2)] {
+        let scale = &request[field];
+        assert_eq!(scale["apiVersion"], "autoscaling/v1", "{field}");
+        assert_eq!(scale["kind"], "Scale", "{field}");
+        assert_eq!(scale["metadata"]["name"], "w", "{field}");
+        assert_eq!(scale["spec"]["replicas"], replicas, "{field}");
+        assert!(scale.get("status").is_some(), "{field}");
+        assert!(
+            scale["spec"].get("message").is_none(),
+            "{field}: not the Widget"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,14 +1,14 @@
 //! A tiny HTTPS admission webhook for end-to-end tests: a CA made at test time (rcgen), a serving
 //! certificate for `webhook.ops.svc`, and three paths: `/label` (mutating: adds label
 //! `mutated: "yes"`), `/check` (validating: denies `spec.replicas > 5`, warns when it is 5),
-//! `/allow`.
+//! `/allow`. Every review it receives is kept, for tests to look at what the API server sent.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::Json;
+use axum::extract::{Json, State};
 use axum::http::Uri;
 use base64::Engine as _;
 use hyper_util::rt::TokioIo;
@@ -27,6 +27,8 @@ pub struct Webhook {
     pub address: SocketAddr,
     /// PEM of the CA, for `caBundle`.
     pub ca_pem: String,
+    /// The reviews received so far, with the path each came to.
+    pub reviews: Reviews,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -36,7 +38,14 @@ impl Drop for Webhook {
     }
 }
 
-async fn answer(uri: Uri, Json(body): Json<Value>) -> Json<Value> {
+/// The reviews a [`Webhook`] received: (path, review).
+pub type Reviews = Arc<Mutex<Vec<(String, Value)>>>;
+
+async fn answer(State(reviews): State<Reviews>, uri: Uri, Json(body): Json<Value>) -> Json<Value> {
+    reviews
+        .lock()
+        .unwrap()
+        .push((uri.path().to_owned(), body.clone()));
     let uid = body["request"]["uid"].clone();
     let object = &body["request"]["object"];
     let response = match uri.path() {
@@ -134,7 +143,8 @@ impl Webhook {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let router = Router::new().fallback(answer);
+        let reviews = Reviews::default();
+        let router = Router::new().fallback(answer).with_state(reviews.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
@@ -152,6 +162,7 @@ impl Webhook {
         Webhook {
             address,
             ca_pem,
+            reviews,
             task,
         }
     }
@@ -200,6 +211,7 @@ impl Webhook {
         Webhook {
             address,
             ca_pem,
+            reviews: Reviews::default(),
             task,
         }
     }
