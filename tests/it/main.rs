@@ -8,5 +8,6 @@ mod install;
 mod layout;
 mod manifests;
 mod rbac;
+mod rollout;
 mod run;
 mod support;
