@@ -13,6 +13,7 @@ mod layout;
 mod manifests;
 mod observe;
 mod rbac;
+mod rollout;
 mod run;
 mod support;
 mod user_roles;

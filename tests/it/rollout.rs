@@ -1,0 +1,417 @@
+//! The operator's own Deployment, as `deploy/deployment.yaml` writes it, installed and rolled
+//! the way a cluster does it: two replicas of the real `myapp-operator run` binary, probed
+//! like a kubelet probes them, rolled within `maxSurge`/`maxUnavailable`, stopped with SIGTERM
+//! and the manifest's grace period, the webhook reached through a Service whose endpoints are
+//! the Ready pods, over TLS verified against the Service's DNS name, with keep-alive
+//! connections as the API server keeps them. `node.rs` plays the Deployment controller, the
+//! kubelet and the endpoints controller, and says how the pod spec is translated to loopback.
+//!
+//! While the Deployment rolls, a client keeps writing valid and invalid MyApps: no valid write
+//! may be refused, every invalid one must be refused with the webhook's message.
+
+mod node;
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{
+    admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+    apps::v1::Deployment,
+    coordination::v1::Lease,
+};
+use k8s_openapi::{ByteString, apimachinery::pkg::util::intstr::IntOrString};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use kube_sandbox::{
+    admission::ServiceRef,
+    testing::{Kubectl, eventually},
+};
+use myapp_operator::crd::MyApp;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::run::Cluster;
+use node::Node;
+
+/// Every pod of a good template is Ready (as its kubelet sees it) this soon after its
+/// container started: start-up, the webhook's first certificate, one readiness period.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+/// How many MyApps the writer edits in turn.
+const APPS: usize = 5;
+
+fn documents(file: &str) -> Vec<Value> {
+    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn document(file: &str, kind: &str) -> Value {
+    documents(file)
+        .into_iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("deploy/{file} has no {kind}"))
+}
+
+/// The Service the webhook configurations call and the pod port it targets, from
+/// `deploy/webhooks.yaml` and `deploy/services.yaml`.
+fn webhook_service() -> (ServiceRef, IntOrString) {
+    let hooks = document("webhooks.yaml", "ValidatingWebhookConfiguration");
+    let service = &hooks["webhooks"][0]["clientConfig"]["service"];
+    let (namespace, name) = (
+        service["namespace"].as_str().unwrap(),
+        service["name"].as_str().unwrap(),
+    );
+    let port = service["port"].as_u64().unwrap_or(443) as u16;
+    let spec = documents("services.yaml")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == name)
+        .expect("deploy/services.yaml has the webhook Service");
+    let target = spec["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"].as_u64() == Some(u64::from(port)))
+        .expect("the Service has the port the webhooks call")["targetPort"]
+        .clone();
+    let target_port = serde_json::from_value(target).unwrap();
+    (ServiceRef::new(namespace, name, port), target_port)
+}
+
+/// The webhook configurations of `deploy/webhooks.yaml`, with the CA cert-manager's
+/// injector would have put in.
+async fn install_webhooks(client: &Client, ca_pem: &str) {
+    let bundle = ByteString(ca_pem.as_bytes().to_vec());
+    let mut mutating: MutatingWebhookConfiguration =
+        serde_json::from_value(document("webhooks.yaml", "MutatingWebhookConfiguration")).unwrap();
+    for hook in mutating.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(bundle.clone());
+    }
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &mutating)
+        .await
+        .unwrap();
+    let mut validating: ValidatingWebhookConfiguration =
+        serde_json::from_value(document("webhooks.yaml", "ValidatingWebhookConfiguration"))
+            .unwrap();
+    for hook in validating.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(bundle.clone());
+    }
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+}
+
+/// What the writer saw in one phase of the test.
+#[derive(Default, Debug)]
+struct Writes {
+    valid_admitted: usize,
+    valid_refused: Vec<String>,
+    invalid_refused: usize,
+    invalid_admitted: Vec<String>,
+}
+
+/// Edits the MyApps in turn until `stop`, alternating a valid image and one only the webhook
+/// refuses (a sha256 digest of 40 hex digits), counting the answers under the current phase.
+async fn write_continuously(
+    client: Client,
+    stop: CancellationToken,
+    phase: Arc<AtomicUsize>,
+    writes: Arc<Mutex<BTreeMap<usize, Writes>>>,
+) {
+    let apps = Api::<MyApp>::namespaced(client, "default");
+    let mut n = 0usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(40));
+    while !stop.is_cancelled() {
+        tick.tick().await;
+        n += 1;
+        let valid = n % 2 == 0;
+        let image = if valid {
+            format!("ghcr.io/example/web:1.4.{n}")
+        } else {
+            "ghcr.io/example/web@sha256:0123456789abcdef0123456789abcdef01234567".to_owned()
+        };
+        let name = format!("web-{}", n % APPS);
+        let patch = Patch::Merge(json!({"spec": {"image": image}}));
+        let result = apps.patch(&name, &PatchParams::default(), &patch).await;
+        let mut writes = writes.lock().unwrap();
+        let counts = writes.entry(phase.load(Ordering::SeqCst)).or_default();
+        match (valid, result) {
+            (true, Ok(_)) => counts.valid_admitted += 1,
+            (true, Err(error)) => counts.valid_refused.push(error.to_string()),
+            (false, Err(kube::Error::Api(status)))
+                if status.message.contains(
+                    "admission webhook \"validate.myapps.example.com\" denied the request",
+                ) && status.message.contains("spec.image") =>
+            {
+                counts.invalid_refused += 1
+            }
+            (false, Err(error)) => counts
+                .invalid_admitted
+                .push(format!("wrong refusal: {error}")),
+            (false, Ok(_)) => counts.invalid_admitted.push(format!("{name} admitted")),
+        }
+    }
+}
+
+/// `kubectl rollout status`, as deploy/README.md runs it: its exit, output and when it ended.
+async fn rollout_status(kubectl: &Kubectl, name: &str, timeout: &str) -> (bool, String, Instant) {
+    let deployment = format!("deployment/{name}");
+    let timeout = format!("--timeout={timeout}");
+    let out = kubectl
+        .run(&[
+            "-n",
+            "myapp-system",
+            "rollout",
+            "status",
+            &deployment,
+            &timeout,
+        ])
+        .await;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text, Instant::now())
+}
+
+async fn lease_holder(client: &Client) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), "myapp-system")
+        .get_opt("myapp-operator")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+/// The pods of the template currently in the Deployment.
+fn current_pods(node: &Node, deployment: &Deployment) -> Vec<String> {
+    let hash = node::template_hash(&deployment.spec.as_ref().unwrap().template);
+    node.pods
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| p.hash == hash)
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_one_writer_at_a_time()
+{
+    let cluster = Arc::new(Cluster::start(true).await);
+    let Some(kubectl) = Kubectl::new(&cluster.served.kubeconfig()) else {
+        return;
+    };
+    let admin = cluster.client();
+    install_webhooks(&admin, &cluster.bundle.ca_pem).await;
+    let manifest: Deployment =
+        serde_json::from_value(document("deployment.yaml", "Deployment")).unwrap();
+    let name = manifest.metadata.name.clone().unwrap();
+    let namespace = manifest.metadata.namespace.clone().unwrap();
+    cluster.sandbox.rollouts().exclude(&namespace, &name);
+    let deployments = Api::<Deployment>::namespaced(admin.clone(), &namespace);
+    deployments
+        .patch(
+            &name,
+            &PatchParams::apply("kubectl"),
+            &Patch::Apply(&manifest),
+        )
+        .await
+        .unwrap();
+    let (service, target_port) = webhook_service();
+    let node = Node::new(cluster.clone(), &manifest, service, target_port);
+    let stop_node = CancellationToken::new();
+    let node_running = tokio::spawn(node.clone().run(stop_node.clone()));
+
+    // The install, as deploy/README.md has it: rollout status returns once both pods are Ready.
+    let (ok, text, _) = rollout_status(&kubectl, &name, "180s").await;
+    assert!(ok, "the first rollout never finished: {text}");
+    assert!(text.contains("successfully rolled out"), "{text}");
+    let apps = Api::<MyApp>::namespaced(admin.clone(), "default");
+    for i in 0..APPS {
+        apps.create(&PostParams::default(), &MyApp::test(&format!("web-{i}")))
+            .await
+            .unwrap();
+    }
+    let installed = deployments.get(&name).await.unwrap();
+    let first_leader = eventually("a pod of the install leads", || async {
+        let holder = lease_holder(&admin).await?;
+        current_pods(&node, &installed)
+            .contains(&holder)
+            .then_some(holder)
+    })
+    .await;
+
+    let phase = Arc::new(AtomicUsize::new(0));
+    let writes = Arc::new(Mutex::new(BTreeMap::new()));
+    let stop_writer = CancellationToken::new();
+    let writer = tokio::spawn(write_continuously(
+        admin.clone(),
+        stop_writer.clone(),
+        phase.clone(),
+        writes.clone(),
+    ));
+
+    // Two rollouts, as `kubectl rollout restart` starts them. Each finishes only when every
+    // new pod is Ready; then the old pods drain and exit, and the Lease moves to a new pod.
+    let mut leaders = vec![first_leader];
+    for rollout in 1..=2 {
+        phase.store(rollout, Ordering::SeqCst);
+        kubectl
+            .ok(&[
+                "-n",
+                &namespace,
+                "rollout",
+                "restart",
+                &format!("deployment/{name}"),
+            ])
+            .await;
+        let (ok, text, finished) = rollout_status(&kubectl, &name, "180s").await;
+        assert!(ok, "rollout {rollout} never finished: {text}");
+        let rolled = deployments.get(&name).await.unwrap();
+        let generation = rolled.metadata.generation.unwrap();
+        let completed = node.completed.lock().unwrap().get(&generation).copied();
+        assert!(
+            completed.is_some_and(|at| at <= finished),
+            "rollout status returned before the rollout was complete: {text}"
+        );
+        let new_pods = current_pods(&node, &rolled);
+        let leader = eventually("the Lease moves to a pod of the new template", || async {
+            let holder = lease_holder(&admin).await?;
+            new_pods.contains(&holder).then_some(holder)
+        })
+        .await;
+        assert!(!leaders.contains(&leader), "{leader} led before");
+        leaders.push(leader);
+    }
+
+    // A bad rollout: the new pod's certificate directory is mistyped, so it never gets Ready.
+    // maxUnavailable 0 keeps both old pods serving; rollout status does not report success.
+    phase.store(3, Ordering::SeqCst);
+    let set_cert_dir = |dir: &str| {
+        [
+            "-n".to_owned(),
+            namespace.clone(),
+            "set".into(),
+            "env".into(),
+            format!("deployment/{name}"),
+            "-c".into(),
+            "operator".into(),
+            format!("MYAPP_CERT_DIR={dir}"),
+        ]
+    };
+    let typo = set_cert_dir("/etc/myapp-operator/tsl");
+    kubectl
+        .ok(&typo.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let (ok, text, _) = rollout_status(&kubectl, &name, "8s").await;
+    assert!(
+        !ok,
+        "rollout status reported an unready pod's rollout done: {text}"
+    );
+    assert!(
+        text.contains("new replicas have been updated")
+            || text.contains("updated replicas are available"),
+        "{text}"
+    );
+    let bad = deployments.get(&name).await.unwrap();
+    let bad_hash = node::template_hash(&bad.spec.as_ref().unwrap().template);
+    phase.store(4, Ordering::SeqCst);
+    let fix = set_cert_dir("/etc/myapp-operator/tls");
+    kubectl
+        .ok(&fix.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let (ok, text, _) = rollout_status(&kubectl, &name, "180s").await;
+    assert!(ok, "the fixed rollout never finished: {text}");
+
+    stop_writer.cancel();
+    writer.await.unwrap();
+    stop_node.cancel();
+    node_running.await.unwrap();
+
+    let writes = writes.lock().unwrap();
+    for (phase, counts) in writes.iter() {
+        println!("phase {phase}: {counts:?}");
+    }
+    for (phase, counts) in writes.iter() {
+        assert_eq!(counts.valid_refused, Vec::<String>::new(), "phase {phase}");
+        assert_eq!(
+            counts.invalid_admitted,
+            Vec::<String>::new(),
+            "phase {phase}"
+        );
+        assert!(
+            counts.valid_admitted > 0 && counts.invalid_refused > 0,
+            "phase {phase}"
+        );
+    }
+    assert_eq!(
+        writes.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3, 4],
+        "every phase wrote"
+    );
+
+    let pods = node.pods.lock().unwrap();
+    for pod in pods.iter() {
+        println!(
+            "{} ({}): ready after {:?}, restarts {}, exit {:?}, killed {}",
+            pod.name, pod.token, pod.ready_after, pod.restarts, pod.exit, pod.killed
+        );
+        assert!(!pod.killed, "{} outlived its grace period", pod.name);
+        if pod.hash == bad_hash {
+            assert!(
+                pod.ready_after.is_none(),
+                "the mistyped pod was never Ready"
+            );
+            continue;
+        }
+        assert!(
+            pod.ready_after.is_some_and(|t| t <= READY_WITHIN),
+            "{} was not Ready within {READY_WITHIN:?}",
+            pod.name
+        );
+        assert_eq!(pod.restarts, 0, "{} was restarted", pod.name);
+        assert_eq!(
+            pod.liveness_kills, 0,
+            "{} failed its liveness probe",
+            pod.name
+        );
+        assert_eq!(pod.exit.and_then(|e| e.code()), Some(0), "{}", pod.name);
+    }
+    assert_eq!(cluster.refused_replica_requests(), Vec::<String>::new());
+
+    // One writer at a time: in the order the API server saw them, every write but the Lease's
+    // comes from one pod's token, then only from the next leader's.
+    let writers: Vec<String> = cluster
+        .sandbox
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .filter(|r| r.resource.as_deref() != Some("leases"))
+        .filter_map(|r| r.token_id.filter(|t| t.starts_with("replica-")))
+        .collect();
+    let mut runs = writers.clone();
+    runs.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    for token in &runs {
+        assert!(
+            seen.insert(token),
+            "{token} wrote again after another leader: {runs:?}"
+        );
+    }
+    assert!(runs.len() >= 3, "three leaders wrote: {runs:?}");
+}
