@@ -137,7 +137,7 @@ async fn write_continuously(
     while !stop.is_cancelled() {
         tick.tick().await;
         n += 1;
-        let valid = n % 2 == 0;
+        let valid = n.is_multiple_of(2);
         let image = if valid {
             format!("ghcr.io/example/web:1.4.{n}")
         } else {

@@ -23,22 +23,21 @@ use base64::Engine as _;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
 use crate::{
     metrics::{Decision, ReviewCode},
     patch,
 };
 
+mod envelope;
+
+pub use envelope::{MAX_WARNING_CHARS, MAX_WARNINGS};
+use envelope::{bounded, readable_uid};
+
 /// The largest request body accepted, as controller-runtime: the API server accepts writes of up
 /// to 3 MiB and a review may carry both the object and the old object.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
-
-/// Warnings longer than this are cut: kubectl prints them one per line.
-pub const MAX_WARNING_CHARS: usize = 120;
-
-/// At most this many warnings are returned; the rest are logged and dropped.
-pub const MAX_WARNINGS: usize = 8;
 
 const API_VERSION: &str = "admission.k8s.io/v1";
 const KIND: &str = "AdmissionReview";
@@ -449,22 +448,6 @@ fn denied(request: &Parsed<'_>, violations: Vec<Violation>, warnings: Vec<String
     response
 }
 
-fn bounded(mut warnings: Vec<String>) -> Vec<String> {
-    if warnings.len() > MAX_WARNINGS {
-        warn!(
-            dropped = warnings.len() - MAX_WARNINGS,
-            "Dropped admission warnings over the limit"
-        );
-        warnings.truncate(MAX_WARNINGS);
-    }
-    for warning in &mut warnings {
-        if let Some((cut, _)) = warning.char_indices().nth(MAX_WARNING_CHARS) {
-            warning.truncate(cut);
-        }
-    }
-    warnings
-}
-
 // === Request handling ===
 
 /// The parts of a request every handler needs, borrowed from the body where possible.
@@ -645,26 +628,6 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
         object: request.object,
         old_object: request.old_object,
     })
-}
-
-/// The envelope's `request.uid` when the envelope as a whole does not parse (a field of the
-/// wrong type elsewhere): read on its own, every other field skipped. Empty when unreadable.
-fn readable_uid(body: &[u8]) -> String {
-    #[derive(Deserialize)]
-    struct UidOnly<'a> {
-        #[serde(borrow)]
-        request: Option<UidIn<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct UidIn<'a> {
-        #[serde(borrow)]
-        uid: Option<Cow<'a, str>>,
-    }
-    serde_json::from_slice::<UidOnly<'_>>(body)
-        .ok()
-        .and_then(|r| r.request?.uid)
-        .map(Cow::into_owned)
-        .unwrap_or_default()
 }
 
 /// Parses a raw object as the rule's type; the error names the field that failed, and the
