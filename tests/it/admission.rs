@@ -3,6 +3,7 @@
 
 use std::{path::Path, sync::OnceLock};
 
+use crate::support::runtime;
 use axum::{Router, body::Body, http::Request};
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
@@ -15,15 +16,6 @@ use myapp_operator::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-    })
-}
 
 fn schema() -> &'static CrdSchema {
     static SCHEMA: OnceLock<CrdSchema> = OnceLock::new();

@@ -16,6 +16,7 @@
 
 use std::{path::Path, sync::OnceLock};
 
+use crate::support::runtime;
 use axum::{Router, body::Body, http::Request};
 use http_body_util::BodyExt as _;
 use myapp_operator::admission::{self, AdmissionConfig, MUTATE_PATH, SCALE_PATH, VALIDATE_PATH};
@@ -29,15 +30,6 @@ use tower::ServiceExt as _;
 const DEFAULT_CASES: u32 = 256;
 const DEFAULT_SEED: u64 = 0x6d79_6170_705f_667a;
 const UID: &str = "fuzz-0000-4000-8000-000000000001";
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-    })
-}
 
 fn router() -> &'static Router {
     static ROUTER: OnceLock<Router> = OnceLock::new();

@@ -22,15 +22,7 @@ fn deploy(file: &str) -> std::path::PathBuf {
         .join(file)
 }
 
-/// Every YAML document of a file, as JSON values.
-fn documents(file: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(deploy(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap_or_else(|e| panic!("{file}: {e}"))
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
+use crate::support::install::deploy_documents as documents;
 
 fn all_documents() -> Vec<(String, Value)> {
     kustomization_resources()

@@ -39,6 +39,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::run::Cluster;
+use crate::support::install::deploy_documents as documents;
 use node::Node;
 
 /// Every pod of a good template is Ready (as its kubelet sees it) this soon after its
@@ -46,16 +47,6 @@ use node::Node;
 const READY_WITHIN: Duration = Duration::from_secs(10);
 /// How many MyApps the writer edits in turn.
 const APPS: usize = 5;
-
-fn documents(file: &str) -> Vec<Value> {
-    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
 
 fn document(file: &str, kind: &str) -> Value {
     documents(file)

@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use crate::support::install::{apply, client_for, rbac_documents};
+use crate::support::install::{apply, client_for, deploy_documents as documents, rbac_documents};
 use base64::Engine;
 use k8s_openapi::{
     api::{coordination::v1::Lease, core::v1::Pod, discovery::v1::EndpointSlice},
@@ -116,15 +116,6 @@ fn certificate_crd() -> CustomResourceDefinition {
                          "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
     }))
     .unwrap()
-}
-
-fn documents(file: &str) -> Vec<Value> {
-    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
-    serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(path).unwrap())
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
 }
 
 impl Install {

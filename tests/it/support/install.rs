@@ -16,15 +16,20 @@ pub async fn client_for(kubeconfig: &str) -> Client {
     Client::try_from(config).unwrap()
 }
 
-/// The documents of `deploy/rbac.yaml`: the ServiceAccount, the roles and their bindings.
-pub fn rbac_documents() -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
+/// Every YAML document of `deploy/<file>`, as JSON values.
+pub fn deploy_documents(file: &str) -> Vec<Value> {
+    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
         .into_iter()
         .filter(|d| !d.is_null())
         .collect()
+}
+
+/// The documents of `deploy/rbac.yaml`: the ServiceAccount, the roles and their bindings.
+pub fn rbac_documents() -> Vec<Value> {
+    deploy_documents("rbac.yaml")
 }
 
 /// Creates each document as `client` (kubectl's create of a manifest).
