@@ -4,7 +4,7 @@ use crate::Error;
 use std::{
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -14,6 +14,7 @@ use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, rou
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
+use webhook::tls::CertStore;
 
 /// What readiness depends on; each part flips as the process starts and stops.
 ///
@@ -24,13 +25,16 @@ use tower::ServiceExt as _;
 #[derive(Debug, Default)]
 pub struct Health {
     shutting_down: AtomicBool,
-    webhook_serving: AtomicBool,
+    /// Set once the webhook answers; its certificate is judged at every probe, so a pair that
+    /// expires (its renewal never came) turns readiness off, and a reloaded one turns it on.
+    webhook: OnceLock<CertStore>,
 }
 
 impl Health {
-    /// The webhook's certificate is loaded and its listener answers.
-    pub fn set_webhook_serving(&self, serving: bool) {
-        self.webhook_serving.store(serving, Ordering::SeqCst);
+    /// The webhook answers, serving the certificates of `certs`.
+    pub fn set_webhook_serving(&self, certs: CertStore) {
+        // Set once per process; a second call would serve the same store.
+        let _ = self.webhook.set(certs);
     }
 
     /// Shutdown began: readiness goes false at once so endpoints drop this pod.
@@ -39,13 +43,15 @@ impl Health {
     }
 
     /// Why the process is not ready; empty when it is.
-    pub fn unready_reasons(&self) -> Vec<&'static str> {
+    pub fn unready_reasons(&self) -> Vec<String> {
         let mut reasons = Vec::new();
         if self.shutting_down.load(Ordering::SeqCst) {
-            reasons.push("shutting down");
+            reasons.push("shutting down".to_owned());
         }
-        if !self.webhook_serving.load(Ordering::SeqCst) {
-            reasons.push("webhook not serving yet");
+        match self.webhook.get().map(CertStore::not_valid_now) {
+            None => reasons.push("webhook not serving yet".to_owned()),
+            Some(Some(invalid)) => reasons.push(invalid.to_string()),
+            Some(None) => {}
         }
         reasons
     }
@@ -207,6 +213,23 @@ mod tests {
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
+    /// A store serving a pair valid from `from` to `until`, seconds from now.
+    fn serving(from: i64, until: i64) -> (tempfile::TempDir, CertStore) {
+        let at = |offset: i64| {
+            let now = std::time::SystemTime::now();
+            let span = Duration::from_secs(offset.unsigned_abs());
+            if offset < 0 { now - span } else { now + span }
+        };
+        let dir = tempfile::tempdir().unwrap();
+        crate::certs::generate_between(&["localhost".to_owned()], at(from), at(3600), at(until))
+            .unwrap()
+            .write_to(dir.path())
+            .unwrap();
+        let paths = webhook::tls::CertPaths::in_dir(dir.path());
+        let store = CertStore::load(paths, webhook::Metrics::new()).unwrap();
+        (dir, store)
+    }
+
     #[tokio::test]
     async fn readiness_follows_the_webhook_and_shutdown_only() {
         let health = Arc::new(Health::default());
@@ -219,7 +242,8 @@ mod tests {
                 "not ready: webhook not serving yet\n".into()
             )
         );
-        health.set_webhook_serving(true);
+        let (_dir, certs) = serving(-60, 3600);
+        health.set_webhook_serving(certs);
         assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
         health.set_shutting_down();
         assert_eq!(
@@ -234,6 +258,37 @@ mod tests {
             StatusCode::OK,
             "liveness is not readiness"
         );
+    }
+
+    #[tokio::test]
+    async fn a_served_certificate_past_its_not_after_is_not_ready_but_live() {
+        // Expired a minute ago: within the clock skew the loader allows, so the process runs
+        // and waits for the renewal, but the API server would refuse the pair.
+        let (_dir, certs) = serving(-3600, -60);
+        let not_after = certs.validity().not_after;
+        let health = Arc::new(Health::default());
+        health.set_webhook_serving(certs);
+        let router = router(health, Arc::new(Registry::default()));
+        let (status, body) = get(&router, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let date = k8s_openapi::jiff::Timestamp::from_second(not_after)
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            body,
+            format!("not ready: serving certificate expired (notAfter {date})\n")
+        );
+        assert_eq!(get(&router, "/livez").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_pair_that_turns_valid_within_the_clock_skew_is_ready() {
+        // An issuer whose clock runs 30 s ahead: every replica reloads this pair at once, and
+        // none may leave its Service for it.
+        let (_dir, certs) = serving(30, 3600);
+        let health = Arc::new(Health::default());
+        health.set_webhook_serving(certs);
+        assert_eq!(health.unready_reasons(), Vec::<String>::new());
     }
 
     #[tokio::test]

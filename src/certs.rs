@@ -2,7 +2,11 @@
 //! `dev` and for running the webhook outside a cluster. In a cluster, cert-manager does this.
 
 use crate::Error;
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::Path,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
@@ -40,18 +44,37 @@ pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
 
 /// [`generate`] with the validity of each certificate in days, counted from today (UTC).
 pub fn generate_for(sans: &[String], ca_days: u32, cert_days: u32) -> Result<Bundle, Error> {
+    use k8s_openapi::jiff::{Span, tz::TimeZone};
     let today = k8s_openapi::jiff::Timestamp::now()
-        .to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC)
+        .to_zoned(TimeZone::UTC)
         .date();
-    let day = |offset: u32| {
+    let day = |offset: u32| -> SystemTime {
         let date = today
-            .checked_add(k8s_openapi::jiff::Span::new().days(i64::from(offset)))
+            .checked_add(Span::new().days(i64::from(offset)))
             .unwrap_or(today);
-        rcgen::date_time_ymd(i32::from(date.year()), date.month() as u8, date.day() as u8)
+        let midnight = date
+            .to_zoned(TimeZone::UTC)
+            .map_or(0, |z| z.timestamp().as_second());
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(midnight).unwrap_or(0))
+    };
+    generate_between(sans, day(0), day(ca_days), day(cert_days.min(ca_days)))
+}
+
+/// [`generate`] with both certificates valid from `not_before`, the CA until `ca_not_after`
+/// and the serving certificate until `cert_not_after` (to the second).
+pub fn generate_between(
+    sans: &[String],
+    not_before: SystemTime,
+    ca_not_after: SystemTime,
+    cert_not_after: SystemTime,
+) -> Result<Bundle, Error> {
+    // rcgen's dates, without relying on a feature of its date crate.
+    let date = |at: SystemTime| {
+        rcgen::date_time_ymd(1970, 1, 1) + at.duration_since(UNIX_EPOCH).unwrap_or_default()
     };
     let mut ca_params = CertificateParams::default();
-    ca_params.not_before = day(0);
-    ca_params.not_after = day(ca_days);
+    ca_params.not_before = date(not_before);
+    ca_params.not_after = date(ca_not_after);
     ca_params.distinguished_name = DistinguishedName::new();
     ca_params
         .distinguished_name
@@ -63,8 +86,8 @@ pub fn generate_for(sans: &[String], ca_days: u32, cert_days: u32) -> Result<Bun
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(Error::GenerateCertificate)?;
 
     let mut params = CertificateParams::default();
-    params.not_before = day(0);
-    params.not_after = day(cert_days.min(ca_days));
+    params.not_before = date(not_before);
+    params.not_after = date(cert_not_after);
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(
         DnType::CommonName,

@@ -111,7 +111,7 @@ impl Environment {
         .await
         .map_err(Error::StartWebhook)?;
         webhook.warm_up().await.map_err(Error::StartWebhook)?;
-        parts.health.set_webhook_serving(true);
+        parts.health.set_webhook_serving(webhook.certs().clone());
 
         let service = ServiceRef::new(WEBHOOK_SERVICE.0, WEBHOOK_SERVICE.1, 443);
         let sandbox = Sandbox::builder()

@@ -73,7 +73,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     .await
     .map_err(Error::StartWebhook)?;
     server.warm_up().await.map_err(Error::StartWebhook)?;
-    parts.health.set_webhook_serving(true);
+    parts.health.set_webhook_serving(server.certs().clone());
     info!(addr = %server.local_addr(), "Webhook serving");
 
     let stop_controller = CancellationToken::new();

@@ -6,6 +6,10 @@
 //! connections as the API server keeps them. `node.rs` plays the Deployment controller, the
 //! kubelet and the endpoints controller, and says how the pod spec is translated to loopback.
 //!
+//! Two bad rollouts must hold `kubectl rollout status` back: a pod that crashes at start (a
+//! mistyped certificate directory) and a pod that runs but answers `/readyz` 503 (its Secret
+//! holds a certificate that expired a minute ago, which the loader's clock skew still starts).
+//!
 //! While the Deployment rolls, a client keeps writing valid and invalid MyApps: no valid write
 //! may be refused, every invalid one must be refused with the webhook's message.
 
@@ -328,6 +332,80 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
     let (ok, text, _) = rollout_status(&kubectl, &name, "180s").await;
     assert!(ok, "the fixed rollout never finished: {text}");
 
+    // A bad rollout that runs: the new template mounts a Secret whose certificate expired a
+    // minute ago (a renewal that never came). The process starts, as the loader's clock skew
+    // allows, and stays live, but its /readyz answers 503, which holds rollout status back.
+    phase.store(5, Ordering::SeqCst);
+    let expired_secret = "myapp-operator-webhook-tls-renewal-failed";
+    let expired_dir = cluster.dir().join(expired_secret);
+    cluster.write_pair_valid(&expired_dir, -3600, -60);
+    node.add_secret(expired_secret, expired_dir);
+    let set_secret = |secret: &str| {
+        let patch = json!([{
+            "op": "replace",
+            "path": "/spec/template/spec/volumes/0/secret/secretName",
+            "value": secret,
+        }]);
+        [
+            "-n".to_owned(),
+            namespace.clone(),
+            "patch".into(),
+            format!("deployment/{name}"),
+            "--type=json".into(),
+            "-p".into(),
+            patch.to_string(),
+        ]
+    };
+    let installed_secret = installed
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .as_ref()
+        .unwrap()[0]
+        .secret
+        .as_ref()
+        .unwrap()
+        .secret_name
+        .clone()
+        .unwrap();
+    let expire = set_secret(expired_secret);
+    kubectl
+        .ok(&expire.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let (ok, text, _) = rollout_status(&kubectl, &name, "8s").await;
+    assert!(
+        !ok,
+        "rollout status reported a 503 pod's rollout done: {text}"
+    );
+    let expired = deployments.get(&name).await.unwrap();
+    let expired_hash = node::template_hash(&expired.spec.as_ref().unwrap().template);
+    let probe = node
+        .pods
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|pod| pod.hash == expired_hash && !pod.gone())
+        .map(node::Pod::readiness_probe)
+        .expect("a pod of the expired template runs");
+    let body = crate::run::get_text(probe.0, &probe.1).await;
+    assert!(
+        body.as_deref()
+            .is_some_and(|b| b.starts_with("not ready: serving certificate expired")),
+        "{body:?}"
+    );
+    phase.store(6, Ordering::SeqCst);
+    let renew = set_secret(&installed_secret);
+    kubectl
+        .ok(&renew.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let (ok, text, _) = rollout_status(&kubectl, &name, "180s").await;
+    assert!(ok, "the renewed rollout never finished: {text}");
+
     stop_writer.cancel();
     writer.await.unwrap();
     stop_node.cancel();
@@ -351,7 +429,7 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
     }
     assert_eq!(
         writes.keys().copied().collect::<Vec<_>>(),
-        [1, 2, 3, 4],
+        [1, 2, 3, 4, 5, 6],
         "every phase wrote"
     );
 
@@ -367,6 +445,13 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
                 pod.ready_after.is_none(),
                 "the mistyped pod was never Ready"
             );
+            continue;
+        }
+        if pod.hash == expired_hash {
+            // Live all along, never Ready, and it exits cleanly when the fix replaces it.
+            assert!(pod.ready_after.is_none(), "{} was Ready", pod.name);
+            assert_eq!((pod.restarts, pod.liveness_kills), (0, 0), "{}", pod.name);
+            assert_eq!(pod.exit.and_then(|e| e.code()), Some(0), "{}", pod.name);
             continue;
         }
         assert!(

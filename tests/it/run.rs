@@ -6,7 +6,7 @@
 
 use std::{
     net::SocketAddr,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::{
         Arc,
@@ -26,7 +26,7 @@ use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
-use kube_sandbox::testing::{Reap, log_lines, wait_for_addr, wait_for_message};
+use kube_sandbox::testing::{Reap, eventually, log_lines, wait_for_addr, wait_for_message};
 use myapp_operator::crd::MyApp;
 use serde_json::json;
 use tokio::net::TcpStream;
@@ -191,7 +191,8 @@ pub(crate) async fn status_of(addr: SocketAddr, path: &str) -> Option<u16> {
     Some(sender.send_request(request).await.ok()?.status().as_u16())
 }
 
-async fn get_text(admin: SocketAddr, path: &str) -> Option<String> {
+/// The body of a plain-HTTP GET of `path`, whatever its status.
+pub(crate) async fn get_text(admin: SocketAddr, path: &str) -> Option<String> {
     let tcp = TcpStream::connect(admin).await.ok()?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
@@ -212,6 +213,13 @@ async fn gauge(admin: SocketAddr, name: &str) -> Option<i64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// The names the webhook's serving certificate is valid for.
+const WEBHOOK_SANS: [&str; 3] = [
+    "localhost",
+    "myapp-operator-webhook.myapp-system.svc",
+    "myapp-operator-webhook.myapp-system.svc.cluster.local",
+];
 
 /// How many replicas a test may start: each has its own token.
 const REPLICA_TOKENS: usize = 12;
@@ -259,12 +267,7 @@ impl Cluster {
             .unwrap();
         let admin = client_for(&served.kubeconfig()).await;
         apply(&admin, rbac_documents()).await;
-        let sans = [
-            "localhost",
-            "myapp-operator-webhook.myapp-system.svc",
-            "myapp-operator-webhook.myapp-system.svc.cluster.local",
-        ];
-        let bundle = myapp_operator::certs::generate(&sans.map(String::from)).unwrap();
+        let bundle = myapp_operator::certs::generate(&WEBHOOK_SANS.map(String::from)).unwrap();
         let certs = dir.path().join("certs");
         bundle.write_to(&certs).unwrap();
         let cluster = Self {
@@ -280,6 +283,30 @@ impl Cluster {
             cluster.install_crd().await;
         }
         cluster
+    }
+
+    /// Writes into `dir` a serving pair for the webhook's names, valid from `from` until
+    /// `until` (relative to now): what a Secret holds when cert-manager's renewal failed.
+    pub(crate) fn write_pair_valid(&self, dir: &Path, from: i64, until: i64) {
+        let at = |offset: i64| {
+            let span = Duration::from_secs(offset.unsigned_abs());
+            let now = std::time::SystemTime::now();
+            if offset < 0 { now - span } else { now + span }
+        };
+        myapp_operator::certs::generate_between(
+            &WEBHOOK_SANS.map(String::from),
+            at(from),
+            at(3600),
+            at(until),
+        )
+        .unwrap()
+        .write_to(dir)
+        .unwrap();
+    }
+
+    /// The test's private directory, removed with the cluster.
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     pub(crate) fn client(&self) -> kube::Client {
@@ -346,12 +373,17 @@ impl Cluster {
     /// Starts `myapp-operator run` with `args`, as the next replica with its own token, and
     /// waits until its webhook serves.
     fn replica(&self, args: &[&str]) -> Replica {
+        self.replica_serving(args, &self.certs)
+    }
+
+    /// [`Cluster::replica`], serving the pair in `cert_dir`.
+    fn replica_serving(&self, args: &[&str], cert_dir: &Path) -> Replica {
         let (kubeconfig, _) = self.next_replica_kubeconfig();
         let mut child = operator_run(&kubeconfig)
             .args(["--log-format", "json"])
             .args(args)
             .arg("--cert-dir")
-            .arg(&self.certs)
+            .arg(cert_dir)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -611,6 +643,32 @@ async fn an_expired_serving_certificate_stops_the_start_naming_the_file_and_its_
         stderr.contains("tls.crt") && stderr.contains("to 2021-06-30T00:00:00Z"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_serving_an_expired_pair_is_live_but_not_ready_until_the_renewal_lands() {
+    let cluster = Cluster::start(true).await;
+    // Expired a minute ago: within the clock skew the loader allows, so the process starts
+    // and waits for the renewal; but the API server refuses the pair, so no Service may
+    // route to it.
+    let certs = cluster.dir.path().join("renewal-failed");
+    cluster.write_pair_valid(&certs, -3600, -60);
+    let replica = cluster.replica_serving(&["--leader-elect=false"], &certs);
+    assert_eq!(readyz(replica.admin).await, Some(503));
+    let body = get_text(replica.admin, "/readyz").await.unwrap();
+    assert!(
+        body.starts_with("not ready: serving certificate expired (notAfter 20"),
+        "{body}"
+    );
+    assert_eq!(status_of(replica.admin, "/livez").await, Some(200));
+
+    // The renewed pair lands in the Secret's directory: ready again, with no restart.
+    cluster.bundle.write_to(&certs).unwrap();
+    eventually("ready once the renewed pair is served", || async {
+        (readyz(replica.admin).await == Some(200)).then_some(())
+    })
+    .await;
+    assert!(replica.logged("Reloaded serving certificate", Duration::from_secs(5)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,11 +80,57 @@ pub struct CertStore {
 struct Inner {
     paths: CertPaths,
     provider: Arc<CryptoProvider>,
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Serving>,
     // The last pair *attempted* (good, bad or unreadable): a bad pair is counted once, not on
     // every poll or watch event while it stays on disk.
     last_seen: Mutex<Seen>,
     metrics: Metrics,
+}
+
+/// The pair serving new handshakes, with its leaf's validity.
+struct Serving {
+    key: Arc<CertifiedKey>,
+    validity: Validity,
+}
+
+/// A certificate's validity period, in Unix seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validity {
+    /// `notBefore`.
+    pub not_before: i64,
+    /// `notAfter`.
+    pub not_after: i64,
+}
+
+/// Why the pair being served is not valid now (see [`CertStore::not_valid_now`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotValidNow {
+    /// Past its `notAfter` (RFC 3339).
+    Expired {
+        /// The certificate's `notAfter`.
+        not_after: String,
+    },
+    /// Before its `notBefore` by more than [`CLOCK_SKEW`] (RFC 3339).
+    NotYetValid {
+        /// The certificate's `notBefore`.
+        not_before: String,
+    },
+}
+
+impl fmt::Display for NotValidNow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Expired { not_after } => {
+                write!(f, "serving certificate expired (notAfter {not_after})")
+            }
+            Self::NotYetValid { not_before } => {
+                write!(
+                    f,
+                    "serving certificate not valid yet (notBefore {not_before})"
+                )
+            }
+        }
+    }
 }
 
 /// What the last reload found on disk.
@@ -111,18 +157,23 @@ impl CertStore {
     pub fn load(paths: CertPaths, metrics: Metrics) -> Result<Self, Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (cert_pem, key_pem) = read_pair(&paths)?;
-        let (key, not_after) = parse_pair(&paths, &cert_pem, &key_pem, &provider)?;
-        metrics.cert_not_after.set(not_after);
-        info!(dir = %paths.dir.display(), not_after = %rfc3339(not_after), "Loaded serving certificate");
-        Ok(Self {
+        let (key, validity) = parse_pair(&paths, &cert_pem, &key_pem, &provider)?;
+        metrics.cert_not_after.set(validity.not_after);
+        info!(dir = %paths.dir.display(), not_after = %rfc3339(validity.not_after), "Loaded serving certificate");
+        let store = Self {
             inner: Arc::new(Inner {
                 paths,
                 provider,
-                current: RwLock::new(Arc::new(key)),
+                current: RwLock::new(Serving {
+                    key: Arc::new(key),
+                    validity,
+                }),
                 last_seen: Mutex::new(Seen::Pair(cert_pem, key_pem)),
                 metrics,
             }),
-        })
+        };
+        store.warn_if_not_valid_now();
+        Ok(store)
     }
 
     /// Re-reads the pair; replaces the serving one only if it changed, parses and matches.
@@ -157,30 +208,81 @@ impl CertStore {
             *last = seen;
         }
         let (cert_pem, key_pem) = read?;
-        let (key, not_after) = parse_pair(paths, &cert_pem, &key_pem, &self.inner.provider)?;
+        let (key, validity) = parse_pair(paths, &cert_pem, &key_pem, &self.inner.provider)?;
         *self
             .inner
             .current
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
-        self.inner.metrics.cert_not_after.set(not_after);
+            .unwrap_or_else(PoisonError::into_inner) = Serving {
+            key: Arc::new(key),
+            validity,
+        };
+        self.inner.metrics.cert_not_after.set(validity.not_after);
         self.inner.metrics.cert_reloads.inc();
-        info!(dir = %paths.dir.display(), not_after = %rfc3339(not_after), "Reloaded serving certificate");
+        info!(dir = %paths.dir.display(), not_after = %rfc3339(validity.not_after), "Reloaded serving certificate");
+        self.warn_if_not_valid_now();
         Ok(Reload::Replaced)
     }
 
     /// The pair serving new handshakes.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        self.inner
-            .current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.serving(|serving| serving.key.clone())
     }
 
     /// The serving certificate's `notAfter`, in Unix seconds.
     pub fn not_after(&self) -> i64 {
-        self.inner.metrics.cert_not_after()
+        self.validity().not_after
+    }
+
+    /// The serving certificate's validity period.
+    pub fn validity(&self) -> Validity {
+        self.serving(|serving| serving.validity)
+    }
+
+    /// Why the pair being served is not valid by this node's clock now, or `None` when it is.
+    ///
+    /// A pair past its `notAfter` is not valid: the API server refuses it, give or take its
+    /// own clock. A pair that turns valid within [`CLOCK_SKEW`] counts as valid, as it does
+    /// when loading, so an issuer whose clock runs a little ahead does not take every replica
+    /// out of its Service at each renewal. The loader accepts a pair that expired up to
+    /// [`CLOCK_SKEW`] ago, so the process stays up to pick up the renewal, but it is not valid.
+    pub fn not_valid_now(&self) -> Option<NotValidNow> {
+        let Validity {
+            not_before,
+            not_after,
+        } = self.validity();
+        let now = unix_now();
+        if now > not_after {
+            Some(NotValidNow::Expired {
+                not_after: rfc3339(not_after),
+            })
+        } else if now + (CLOCK_SKEW.as_secs() as i64) < not_before {
+            Some(NotValidNow::NotYetValid {
+                not_before: rfc3339(not_before),
+            })
+        } else {
+            None
+        }
+    }
+
+    fn warn_if_not_valid_now(&self) {
+        if let Some(invalid) = self.not_valid_now() {
+            warn!(
+                dir = %self.inner.paths.dir.display(),
+                %invalid,
+                "Serving a certificate within the clock skew allowed; not valid now, so not ready until a valid pair is loaded"
+            );
+        }
+    }
+
+    fn serving<T>(&self, read: impl FnOnce(&Serving) -> T) -> T {
+        read(
+            &self
+                .inner
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// The crypto provider used for the server (rustls' ring provider).
@@ -291,7 +393,7 @@ fn parse_pair(
     cert_pem: &[u8],
     key_pem: &[u8],
     provider: &CryptoProvider,
-) -> Result<(CertifiedKey, i64), Error> {
+) -> Result<(CertifiedKey, Validity), Error> {
     let cert_error = |reason: String| Error::ParseCertificate {
         path: paths.cert(),
         reason,
@@ -334,7 +436,13 @@ fn parse_pair(
             other => other.to_string(),
         },
     })?;
-    Ok((pair, not_after))
+    Ok((
+        pair,
+        Validity {
+            not_before,
+            not_after,
+        },
+    ))
 }
 
 /// A DER certificate's (`notBefore`, `notAfter`) as Unix seconds, for callers that judge a

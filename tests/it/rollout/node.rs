@@ -10,7 +10,9 @@
 //! - each pod gets its own address 127.0.1.N, so the ports stay as the manifest writes them,
 //!   and a `0.0.0.0:PORT` in the container's env becomes `127.0.1.N:PORT`;
 //! - the downward API's `metadata.name`/`metadata.namespace` become the pod's name/namespace;
-//! - the Secret volume's mount path becomes the directory holding the test's serving pair;
+//! - a Secret volume's mount path becomes the directory holding that Secret's data: the
+//!   installed template's Secret is the test's serving pair, as cert-manager would issue it;
+//!   the test may add others ([`Node::add_secret`]);
 //! - the ServiceAccount's projected token and the API server's CA reach the process as a
 //!   kubeconfig (`KUBECONFIG`), each pod with its own token; in-cluster discovery from
 //!   `/var/run/secrets` is on deploy/README.md's real-cluster checklist.
@@ -144,6 +146,19 @@ impl Pod {
             .expect("one container")
     }
 
+    /// Where the kubelet sends the readiness probe: its address and path.
+    pub(crate) fn readiness_probe(&self) -> (SocketAddr, String) {
+        let container = self.template_container();
+        let probe = ProbeSpec::from(
+            container
+                .readiness_probe
+                .as_ref()
+                .expect("a readiness probe"),
+            &container,
+        );
+        (SocketAddr::new(IpAddr::V4(self.ip), probe.port), probe.path)
+    }
+
     pub(crate) fn gone(&self) -> bool {
         self.terminating.is_some() && self.process.is_none()
     }
@@ -156,8 +171,8 @@ pub(crate) struct Node {
     deployment: String,
     service: ServiceRef,
     target_port: IntOrString,
-    /// The directory a Secret volume's mount path stands for.
-    secret_dir: PathBuf,
+    /// The directory each Secret's volume stands for, by Secret name.
+    secrets: Mutex<BTreeMap<String, PathBuf>>,
     pub(crate) pods: Mutex<Vec<Pod>>,
     /// When the Deployment's status last said its rollout was complete, per generation.
     pub(crate) completed: Mutex<BTreeMap<i64, Instant>>,
@@ -171,18 +186,31 @@ impl Node {
         service: ServiceRef,
         target_port: IntOrString,
     ) -> Arc<Self> {
-        let secret_dir = cluster.certs.clone();
+        // The installed template's Secrets hold the serving pair cert-manager would issue.
+        let secrets = deployment
+            .spec
+            .iter()
+            .filter_map(|spec| spec.template.spec.as_ref())
+            .flat_map(|pod| pod.volumes.iter().flatten())
+            .filter_map(|volume| volume.secret.as_ref()?.secret_name.clone())
+            .map(|name| (name, cluster.certs.clone()))
+            .collect();
         Arc::new(Node {
             cluster,
             namespace: deployment.metadata.namespace.clone().unwrap(),
             deployment: deployment.metadata.name.clone().unwrap(),
             service,
             target_port,
-            secret_dir,
+            secrets: Mutex::new(secrets),
             pods: Mutex::new(Vec::new()),
             completed: Mutex::new(BTreeMap::new()),
             next_ip: Mutex::new(0),
         })
+    }
+
+    /// Makes the Secret `name` exist on the node, its data the files in `dir`.
+    pub(crate) fn add_secret(&self, name: &str, dir: PathBuf) {
+        self.secrets.lock().unwrap().insert(name.to_owned(), dir);
     }
 
     /// Runs the controllers until `stop`, then deletes every pod (SIGTERM, grace period) and
@@ -494,12 +522,16 @@ impl Node {
                     .flatten()
                     .find(|v| v.name == mount.name)
                     .expect("every mount names a volume");
-                assert!(
-                    volume.secret.is_some(),
-                    "only Secret volumes are modelled, not {}",
-                    volume.name
-                );
-                (mount.mount_path.clone(), self.secret_dir.clone())
+                let secret = volume
+                    .secret
+                    .as_ref()
+                    .and_then(|secret| secret.secret_name.clone())
+                    .unwrap_or_else(|| {
+                        panic!("only Secret volumes are modelled, not {}", volume.name)
+                    });
+                let dir = self.secrets.lock().unwrap().get(&secret).cloned();
+                let dir = dir.unwrap_or_else(|| panic!("no Secret {secret}: add_secret first"));
+                (mount.mount_path.clone(), dir)
             })
             .collect();
         let mut command = Command::new(env!("CARGO_BIN_EXE_myapp-operator"));
