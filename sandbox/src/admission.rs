@@ -73,6 +73,7 @@ mod errors;
 mod hook;
 mod matching;
 mod review;
+mod trust;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -23,6 +23,7 @@ use tracing::debug;
 use super::errors::Error;
 use super::hook::Hook;
 use super::review::{Verdict, verify_answer};
+use super::trust::GoVerifier;
 
 /// The largest answer read from a webhook; more is an invalid answer, not a hang.
 const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
@@ -418,7 +419,8 @@ impl WebhookClient {
         Ok(sender)
     }
 
-    /// A client configuration trusting exactly the certificates of `ca_bundle`.
+    /// A client configuration trusting exactly the certificates of `ca_bundle`, as the API
+    /// server's Go client does (see [`super::trust`]).
     fn tls_config(&self, ca_bundle: &[u8]) -> Result<Arc<rustls::ClientConfig>, Error> {
         let mut cache = self
             .tls
@@ -433,21 +435,16 @@ impl WebhookClient {
                 "empty: the sandbox trusts only clientConfig.caBundle".to_owned(),
             ));
         }
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_bundle) {
-            let cert = cert.map_err(|e| load(format!("not PEM: {e}")))?;
-            roots
-                .add(cert)
-                .map_err(|e| load(format!("bad certificate: {e}")))?;
-        }
-        if roots.is_empty() {
-            return Err(load("no certificate in it".to_owned()));
-        }
+        let roots = CertificateDer::pem_slice_iter(ca_bundle)
+            .map(|cert| cert.map_err(|e| load(format!("not PEM: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = GoVerifier::new(roots, provider.clone()).map_err(load)?;
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| load(format!("no TLS version available: {e}")))?
-            .with_root_certificates(roots)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
             .with_no_client_auth();
         // The API server's webhook client pins HTTP/1.1.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];

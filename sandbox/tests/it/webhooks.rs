@@ -330,3 +330,40 @@ async fn a_review_the_webhook_hangs_up_on_after_reading_fails_instead_of_being_s
     assert!(err.to_string().contains("failed calling webhook"), "{err}");
     assert!(widgets.get_opt("hung-up").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_self_signed_ca_certificate_served_as_its_own_ca_bundle_is_trusted_as_go_trusts_it() {
+    // What `openssl req -x509` makes: kube-apiserver (Go's crypto/x509) accepts it because the
+    // leaf is one of the roots; webpki alone refuses a CA:TRUE leaf.
+    let dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
+    let webhook = Webhook::start_self_signed_ca(&[&dns]).await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let created = widgets
+        .create(&PostParams::default(), &widget("ok", 2, "m"))
+        .await
+        .unwrap();
+    let labels = created.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
+}
+
+#[tokio::test]
+async fn a_self_signed_ca_certificate_for_another_name_is_still_refused() {
+    let webhook = Webhook::start_self_signed_ca(&["elsewhere.ops.svc"]).await;
+    let sandbox = sandbox_with_webhooks(&webhook).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let err = widgets
+        .create(&PostParams::default(), &widget("ok", 2, "m"))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!(status.code, 500, "{status:?}");
+    assert!(
+        status.message.contains("failed calling webhook") && status.message.contains("certificate"),
+        "{}",
+        status.message
+    );
+    assert!(webhook.reviews.lock().unwrap().is_empty());
+}

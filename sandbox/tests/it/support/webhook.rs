@@ -107,6 +107,29 @@ fn serving_config() -> (rustls::ServerConfig, String) {
     (tls, ca.pem())
 }
 
+/// A serving configuration whose certificate is its own CA: self-signed, `CA:TRUE`, for
+/// `names`, as `openssl req -x509` makes one; the PEM is both the certificate and `caBundle`.
+fn self_signed_ca_config(names: &[&str]) -> (rustls::ServerConfig, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    (tls, cert.pem())
+}
+
 /// Reads one request with a `content-length` body from `stream`, keeping what follows it in
 /// `buffer`; its body, or `None` at end of stream.
 async fn read_request<S: tokio::io::AsyncRead + Unpin>(
@@ -139,7 +162,16 @@ async fn read_request<S: tokio::io::AsyncRead + Unpin>(
 impl Webhook {
     /// Starts the webhook on 127.0.0.1:0.
     pub async fn start() -> Webhook {
-        let (tls, ca_pem) = serving_config();
+        Self::serving(serving_config()).await
+    }
+
+    /// Starts the webhook serving a self-signed `CA:TRUE` certificate for `names`, which is
+    /// also its `caBundle`.
+    pub async fn start_self_signed_ca(names: &[&str]) -> Webhook {
+        Self::serving(self_signed_ca_config(names)).await
+    }
+
+    async fn serving((tls, ca_pem): (rustls::ServerConfig, String)) -> Webhook {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
