@@ -4,9 +4,11 @@
 
 use crate::support::fixtures::client;
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube_sandbox::Sandbox;
 use kube_sandbox::testing::{Kubectl, path_str};
 use serde_json::{Value, json};
@@ -369,6 +371,49 @@ async fn a_field_dropped_from_an_apply_stays_while_another_manager_owns_it() {
         .unwrap();
     let keys: Vec<String> = cm.data.unwrap().into_keys().collect();
     assert_eq!(keys, ["x", "z"]);
+}
+
+#[tokio::test]
+async fn watch_events_carry_the_managed_fields_of_the_write() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    let created = api
+        .patch(
+            "d",
+            &PatchParams::apply("ops"),
+            &Patch::Apply(deployment(2)),
+        )
+        .await
+        .unwrap();
+    let mut events = api
+        .watch(
+            &WatchParams::default(),
+            &created.resource_version().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    api.patch_scale(
+        "d",
+        &by("hpa"),
+        &Patch::Merge(json!({"spec": {"replicas": 7}})),
+    )
+    .await
+    .unwrap();
+    let Some(Ok(WatchEvent::Modified(scaled))) = events.next().await else {
+        panic!("expected the scale as a MODIFIED event");
+    };
+    let got: Vec<(String, String, String)> = entries(&scaled)
+        .into_iter()
+        .map(|(m, o, s, _)| (m, o, s))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ops".to_string(), "Apply".to_string(), String::new()),
+            ("hpa".to_string(), "Update".to_string(), "scale".to_string())
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
