@@ -46,7 +46,8 @@ use crate::{
 
 /// Every permission the controller's calls need: the watches (list, watch), the server-side
 /// applies of children (patch, and create when the apply creates), the status apply, Events.
-/// No get: the controller reads from its watch caches only.
+/// No get: the controller reads from its watch caches, and the one read a fight makes (its
+/// Deployment's managedFields, which the caches strip) is a list by name.
 pub const PERMISSIONS: &[Permission] = &[
     Permission::cluster("example.com", "myapps", "list"),
     Permission::cluster("example.com", "myapps", "watch"),
@@ -570,6 +571,15 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             )
         });
         let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
+        // Before the forced apply takes the fields back: who owns them now.
+        let rivals = match &changed {
+            Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
+                let desired = serde_json::to_value(desired).unwrap_or_default();
+                let ours = [FIELD_MANAGER, REPLICAS_HANDOFF_MANAGER];
+                fight::rivals(&api, &name, &desired, &ours).await
+            }
+            _ => Vec::new(),
+        };
         if let Some(replicas) = plan.hand_over_replicas {
             let keep = json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
@@ -603,11 +613,12 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         {
             ctx.metrics.fights.inc();
             let fields = changed.join(", ");
-            warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, "Fight over Deployment");
+            let managers: Vec<&str> = rivals.iter().map(|r| r.manager.as_str()).collect();
+            warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, ?managers, "Fight over Deployment");
             let event = Event {
                 type_: EventType::Warning,
                 reason: "FightDetected".into(),
-                note: Some(fight::note(&fight, generation, &fields)),
+                note: Some(fight::note(&fight, generation, &fields, &rivals)),
                 action: "Reconcile".into(),
                 secondary: None,
             };

@@ -20,7 +20,11 @@ pub mod defaults;
 mod discovery;
 /// Fault injection and the request log.
 pub mod faults;
-/// JSON merge patch, JSON patch, and the server-side apply model.
+/// Field sets (`FieldsV1`): owned, changed and removed fields, and list semantics.
+pub mod fields;
+/// `metadata.managedFields`: field ownership per manager, and apply conflicts.
+pub mod managed;
+/// JSON merge patch, JSON patch and strategic merge patch.
 pub mod patch;
 /// The RBAC authorizer: Roles, ClusterRoles, their bindings, and the default roles.
 pub mod rbac;

@@ -1,5 +1,5 @@
-//! The patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and the server-side
-//! apply model.
+//! The patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and strategic merge
+//! patch. Server-side apply lives in `managed` and `fields`.
 
 use serde_json::{Map, Value};
 
@@ -177,128 +177,6 @@ pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, String> {
         }
     }
     Ok(doc)
-}
-
-/// Server-side apply for one manager: start from the current object, drop what this manager
-/// applied last time and no longer applies (unless another manager applies it), then merge the
-/// new configuration (maps merge, lists and scalars replace).
-pub fn apply(
-    current: &Value,
-    previous: Option<&Value>,
-    others: &[&Value],
-    config: &Value,
-) -> Value {
-    let mut result = current.clone();
-    if let Some(previous) = previous {
-        drop_unapplied(&mut result, previous, config, others, 0);
-    }
-    deep_merge(&mut result, config);
-    result
-}
-
-fn drop_unapplied(
-    result: &mut Value,
-    previous: &Value,
-    config: &Value,
-    others: &[&Value],
-    depth: usize,
-) {
-    let (Value::Object(prev), Value::Object(res)) = (previous, &mut *result) else {
-        return;
-    };
-    for (key, prev_value) in prev {
-        // Identity fields are never removed by apply.
-        if depth == 0 && matches!(key.as_str(), "apiVersion" | "kind") {
-            continue;
-        }
-        let other_values: Vec<&Value> = others.iter().filter_map(|o| o.get(key)).collect();
-        match config.get(key) {
-            Some(new_value) => {
-                if prev_value.is_object()
-                    && new_value.is_object()
-                    && let Some(child) = res.get_mut(key)
-                {
-                    drop_unapplied(child, prev_value, new_value, &other_values, depth + 1);
-                }
-            }
-            None => {
-                if other_values.is_empty() {
-                    res.remove(key);
-                } else if prev_value.is_object() {
-                    // Another manager shares this map: remove only our own leaves below it.
-                    if let Some(child) = res.get_mut(key) {
-                        drop_unapplied(
-                            child,
-                            prev_value,
-                            &Value::Object(Map::new()),
-                            &other_values,
-                            depth + 1,
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Fields (as `.a.b` paths) that `config` would change in `current` and that another manager's
-/// applied configuration `other` sets to a different value: server-side apply conflicts.
-pub fn apply_conflicts(current: &Value, config: &Value, other: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    collect_conflicts(Some(current), config, other, "", &mut out);
-    out
-}
-
-fn collect_conflicts(
-    current: Option<&Value>,
-    config: &Value,
-    other: &Value,
-    path: &str,
-    out: &mut Vec<String>,
-) {
-    let (Value::Object(config), Value::Object(other)) = (config, other) else {
-        return;
-    };
-    for (key, value) in config {
-        if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind") {
-            continue;
-        }
-        if path == ".metadata" && matches!(key.as_str(), "name" | "namespace") {
-            continue;
-        }
-        let Some(theirs) = other.get(key) else {
-            continue;
-        };
-        let child = format!("{path}.{key}");
-        let now = current.and_then(|c| c.get(key));
-        if value.is_object() && theirs.is_object() {
-            collect_conflicts(now, value, theirs, &child, out);
-        } else if theirs != value && now != Some(value) {
-            out.push(child);
-        }
-    }
-}
-
-fn deep_merge(target: &mut Value, config: &Value) {
-    match (target, config) {
-        (Value::Object(t), Value::Object(c)) => {
-            for (key, value) in c {
-                if value.is_null() {
-                    t.remove(key);
-                    continue;
-                }
-                match t.get_mut(key) {
-                    Some(existing) if existing.is_object() && value.is_object() => {
-                        deep_merge(existing, value)
-                    }
-                    _ => {
-                        t.insert(key.clone(), value.clone());
-                    }
-                }
-            }
-        }
-        (target, config) => *target = config.clone(),
-    }
 }
 
 /// The merge key of a list field, by field name (the sandbox has no per-kind schema; these are
@@ -550,44 +428,5 @@ mod tests {
         let mut doc = json!({"data": {"a": "1", "b": "2"}, "args": ["x", "y"]});
         strategic_merge_patch(&mut doc, &json!({"data": {"a": null}, "args": ["z"]}));
         assert_eq!(doc, json!({"data": {"b": "2"}, "args": ["z"]}));
-    }
-
-    #[test]
-    fn apply_drops_fields_the_manager_stopped_applying() {
-        let current =
-            json!({"spec": {"a": 1, "b": 2, "c": 3}, "metadata": {"labels": {"x": "1", "y": "2"}}});
-        let previous = json!({"spec": {"a": 1, "b": 2}, "metadata": {"labels": {"x": "1"}}});
-        let config = json!({"spec": {"a": 5}, "metadata": {"labels": {"z": "3"}}});
-        let out = apply(&current, Some(&previous), &[], &config);
-        assert_eq!(
-            out,
-            json!({"spec": {"a": 5, "c": 3}, "metadata": {"labels": {"y": "2", "z": "3"}}})
-        );
-    }
-
-    #[test]
-    fn apply_conflicts_name_fields_another_manager_applies_differently() {
-        let current = json!({"spec": {"a": 1, "b": 2}});
-        let other = json!({"spec": {"a": 1, "b": 2}});
-        assert_eq!(
-            apply_conflicts(&current, &json!({"spec": {"a": 5}}), &other),
-            [".spec.a"]
-        );
-        assert!(apply_conflicts(&current, &json!({"spec": {"a": 1}}), &other).is_empty());
-        assert!(apply_conflicts(&current, &json!({"spec": {"c": 1}}), &other).is_empty());
-    }
-
-    #[test]
-    fn apply_keeps_fields_another_manager_applies() {
-        let current = json!({"spec": {"a": 1, "b": 2}});
-        let previous = json!({"spec": {"a": 1, "b": 2}});
-        let other = json!({"spec": {"b": 2}});
-        let out = apply(
-            &current,
-            Some(&previous),
-            &[&other],
-            &json!({"spec": {"a": 1}}),
-        );
-        assert_eq!(out, json!({"spec": {"a": 1, "b": 2}}));
     }
 }

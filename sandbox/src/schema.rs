@@ -129,6 +129,11 @@ impl CrdSchema {
         })
     }
 
+    /// The `openAPIV3Schema` as written (list and map types for field ownership).
+    pub fn raw(&self) -> &Value {
+        &self.schema
+    }
+
     /// Every violation of the schema and its CEL rules by `object` (a whole custom resource),
     /// `old` being the stored object on update (for transition rules). Empty means valid.
     ///

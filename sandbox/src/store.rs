@@ -57,8 +57,6 @@ pub struct Event {
 
 /// An object: (resource, namespace, name).
 pub type ObjectKey = (Resource, String, String);
-/// Server-side apply: the last configuration per (subresource, manager) of one object.
-pub type AppliedConfigs = BTreeMap<(String, String), Value>;
 
 /// The current time as the API server writes timestamps.
 pub fn now() -> String {
@@ -157,9 +155,6 @@ pub struct State {
     event_deadlines: HashMap<ObjectKey, Instant>,
     /// The served resource types.
     pub registry: Registry,
-    /// Server-side apply: the last configurations per object, so an apply reads only its
-    /// own object's (a scan of every object's would make each apply O(objects)).
-    pub applied: HashMap<ObjectKey, AppliedConfigs>,
     /// Built-in defaults, with the Service cluster IPs in use.
     pub defaulter: Defaulter,
 }
@@ -188,7 +183,6 @@ impl Store {
                 event_expiry: VecDeque::new(),
                 event_deadlines: HashMap::new(),
                 registry: Registry::builtin(),
-                applied: HashMap::new(),
                 defaulter: Defaulter::new(),
             }),
             rv_tx,
@@ -499,8 +493,6 @@ impl State {
             None,
         );
         let obj = Arc::unwrap_or_clone(logged);
-        self.applied
-            .remove(&(res.clone(), ns.to_string(), name.to_string()));
         if res.0.is_empty() && res.1 == "services" {
             self.defaulter.release(&obj);
         }

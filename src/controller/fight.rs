@@ -3,8 +3,10 @@
 //! changing fields the operator owns, or a hot loop. It is told apart from a user editing the
 //! MyApp by the generation: an edit raises it and starts the count afresh.
 //!
-//! Naming the other field manager needs `managedFields`, which the sandbox does not record yet
-//! (issue 13 item 3): the Event names the fields that were changed, not who changed them.
+//! The Event names the other field manager from the Deployment's `managedFields`: the caches
+//! strip them (memory), so when a rewrite is about to be the one that makes a fight the
+//! controller reads the Deployment once more, with the `list` permission it already holds (a
+//! list by `metadata.name`), before its forced apply takes the fields back.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -12,7 +14,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{Api, api::ListParams, runtime::reflector::ObjectRef};
 use serde_json::Value;
 
 use crate::crd::MyApp;
@@ -69,6 +72,26 @@ impl Fights {
         (until > now).then(|| until - now)
     }
 
+    /// Whether a rewrite now would be the one [`Fights::rewrote`] calls a fight (so the
+    /// caller can read who owns the fields before it takes them back).
+    pub fn would_fight(
+        &self,
+        key: &ObjectRef<MyApp>,
+        generation: Option<i64>,
+        now: Instant,
+    ) -> bool {
+        let streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(streak) = streaks.get(key).filter(|s| s.generation == generation) else {
+            return WRITES <= 1;
+        };
+        let recent = streak
+            .writes
+            .iter()
+            .filter(|at| now.duration_since(**at) <= WINDOW)
+            .count();
+        recent + 1 >= WRITES
+    }
+
     /// Records a rewrite of an existing child; a fight when it is the [`WRITES`]th within
     /// [`WINDOW`] at the same generation.
     pub fn rewrote(
@@ -114,15 +137,45 @@ impl Fights {
     }
 }
 
-/// The FightDetected Event's note.
-pub fn note(fight: &Fight, generation: Option<i64>, fields: &str) -> String {
+/// A field manager other than the operator's that owns fields the operator rewrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rival {
+    /// Its name, as in `managedFields`.
+    pub manager: String,
+    /// `Update` or `Apply`, and the subresource when there is one.
+    pub operation: String,
+    /// The rewritten fields it owns, by path.
+    pub fields: Vec<String>,
+}
+
+/// The FightDetected Event's note: the fields, and who owns them when `managedFields` says.
+pub fn note(fight: &Fight, generation: Option<i64>, fields: &str, rivals: &[Rival]) -> String {
     let fields = if fields.is_empty() {
         "its fields"
     } else {
         fields
     };
+    let who = match rivals {
+        [] => format!(
+            "another writer keeps changing {fields} (no field manager but the operator's owns them in managedFields)"
+        ),
+        rivals => {
+            let named: Vec<String> = rivals
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{:?} ({}) keeps changing {}",
+                        r.manager,
+                        r.operation,
+                        r.fields.join(", ")
+                    )
+                })
+                .collect();
+            format!("field manager {}", named.join("; field manager "))
+        }
+    };
     format!(
-        "the Deployment was rewritten {} times within {} s while this MyApp stayed at generation {}: another writer keeps changing {fields}, or the operator is in a hot loop; holding off {} s (the other field manager is not named: the operator does not read managedFields yet)",
+        "the Deployment was rewritten {} times within {} s while this MyApp stayed at generation {}: {who}, or the operator is in a hot loop; holding off {} s",
         fight.writes,
         WINDOW.as_secs(),
         generation.unwrap_or_default(),
@@ -130,15 +183,146 @@ pub fn note(fight: &Fight, generation: Option<i64>, fields: &str) -> String {
     )
 }
 
+/// Reads the Deployment `name` once (a list by name: the operator may list, not get) and names
+/// the field managers, other than `ours`, that own fields of `desired` it holds differently.
+/// Empty when the read fails: the fight is still told, without names.
+pub async fn rivals(
+    api: &Api<Deployment>,
+    name: &str,
+    desired: &Value,
+    ours: &[&str],
+) -> Vec<Rival> {
+    let params = ListParams::default().fields(&format!("metadata.name={name}"));
+    let listed = match api.list(&params).await {
+        Ok(list) => list,
+        Err(error) => {
+            tracing::warn!(%error, %name, "Reading the Deployment's managedFields failed");
+            return Vec::new();
+        }
+    };
+    let Some(observed) = listed
+        .items
+        .first()
+        .and_then(|d| serde_json::to_value(d).ok())
+    else {
+        return Vec::new();
+    };
+    rivals_in(desired, &observed, ours)
+}
+
+/// [`rivals`] over an object already read (with its managedFields).
+pub fn rivals_in(desired: &Value, observed: &Value, ours: &[&str]) -> Vec<Rival> {
+    let entries = observed
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let manager = entry.get("manager").and_then(Value::as_str).unwrap_or("");
+            if ours.contains(&manager) {
+                return None;
+            }
+            let mut changed = Vec::new();
+            walk(
+                desired,
+                observed,
+                String::new(),
+                entry.get("fieldsV1").map(Owner::Node),
+                &mut changed,
+            );
+            let mut fields: Vec<String> = changed
+                .into_iter()
+                .filter(|(_, owned)| *owned)
+                .map(|(p, _)| p)
+                .collect();
+            fields.sort();
+            if fields.is_empty() {
+                return None;
+            }
+            let mut operation = entry
+                .get("operation")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if let Some(sub) = entry.get("subresource").and_then(Value::as_str) {
+                operation.push_str(&format!(" of /{sub}"));
+            }
+            Some(Rival {
+                manager: manager.to_string(),
+                operation,
+                fields,
+            })
+        })
+        .collect()
+}
+
 /// The paths of the fields `desired` sets that `observed` holds differently: what the other
 /// writer changed.
 pub fn changed_fields(desired: &Value, observed: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    walk(desired, observed, String::new(), &mut out);
-    out
+    walk(desired, observed, String::new(), None, &mut out);
+    out.into_iter().map(|(path, _)| path).collect()
 }
 
-fn walk(desired: &Value, observed: &Value, path: String, out: &mut Vec<String>) {
+/// Where a manager's `fieldsV1` stands beside the walk: at a node, or under a leaf it owns
+/// whole (an atomic list or map).
+#[derive(Clone, Copy)]
+enum Owner<'a> {
+    Node(&'a Value),
+    Whole,
+}
+
+impl<'a> Owner<'a> {
+    fn field(self, key: &str) -> Option<Owner<'a>> {
+        match self {
+            Owner::Whole => Some(Owner::Whole),
+            Owner::Node(node) => node.get(format!("f:{key}")).map(Owner::leaf_or_node),
+        }
+    }
+
+    /// The owner of list element `item` (at `index`): by `k:` key fields, `v:` value or `i:`.
+    fn element(self, item: &Value, index: usize) -> Option<Owner<'a>> {
+        let Owner::Node(node) = self else {
+            return Some(Owner::Whole);
+        };
+        let map = node.as_object()?;
+        map.iter()
+            .find(|(element, _)| {
+                if let Some(key) = element.strip_prefix("k:") {
+                    serde_json::from_str::<serde_json::Map<String, Value>>(key).is_ok_and(|keys| {
+                        keys.iter().all(|(k, v)| {
+                            item.get(k) == Some(v)
+                                || (k == "protocol" && item.get(k).is_none() && v == "TCP")
+                        })
+                    })
+                } else if let Some(value) = element.strip_prefix("v:") {
+                    serde_json::from_str::<Value>(value).is_ok_and(|v| v == *item)
+                } else {
+                    element.strip_prefix("i:").and_then(|i| i.parse().ok()) == Some(index)
+                }
+            })
+            .map(|(_, child)| Owner::leaf_or_node(child))
+    }
+
+    fn leaf_or_node(node: &'a Value) -> Owner<'a> {
+        match node.as_object() {
+            Some(map) if map.is_empty() => Owner::Whole,
+            _ => Owner::Node(node),
+        }
+    }
+}
+
+/// Collects (path, owned by `owner`) of every field `desired` sets that `observed` does not
+/// hold the same.
+fn walk(
+    desired: &Value,
+    observed: &Value,
+    path: String,
+    owner: Option<Owner>,
+    out: &mut Vec<(String, bool)>,
+) {
     match (desired, observed) {
         (Value::Object(d), Value::Object(o)) => {
             for (key, dv) in d {
@@ -150,19 +334,21 @@ fn walk(desired: &Value, observed: &Value, path: String, out: &mut Vec<String>) 
                 } else {
                     format!("{path}.{key}")
                 };
+                let child = owner.and_then(|o| o.field(key));
                 match o.get(key) {
-                    Some(ov) => walk(dv, ov, here, out),
-                    None => out.push(here),
+                    Some(ov) => walk(dv, ov, here, child, out),
+                    None => out.push((here, child.is_some())),
                 }
             }
         }
         (Value::Array(d), Value::Array(o)) if d.len() == o.len() => {
             for (i, (dv, ov)) in d.iter().zip(o).enumerate() {
-                walk(dv, ov, format!("{path}[{i}]"), out);
+                let child = owner.and_then(|w| w.element(ov, i));
+                walk(dv, ov, format!("{path}[{i}]"), child, out);
             }
         }
         (d, o) if d == o => {}
-        _ => out.push(path),
+        _ => out.push((path, owner.is_some())),
     }
 }
 
@@ -228,6 +414,69 @@ mod tests {
         assert_eq!(
             changed_fields(&desired, &observed),
             ["spec.template.spec.containers[0].image"]
+        );
+    }
+
+    #[test]
+    fn the_other_manager_is_named_from_managed_fields_and_ours_are_not() {
+        let desired = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [
+            {"name": "app", "image": "web:1", "args": ["a"]}]}}}});
+        let observed = json!({
+            "metadata": {"managedFields": [
+                {"manager": "myapp-operator", "operation": "Apply", "fieldsV1": {"f:spec": {
+                    "f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                        "k:{\"name\":\"app\"}": {".": {}, "f:name": {}}}}}}}},
+                {"manager": "other-controller", "operation": "Update", "fieldsV1": {"f:spec": {
+                    "f:template": {"f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {
+                        "f:image": {}, "f:args": {}}}}}}}},
+                {"manager": "kubectl-scale", "operation": "Update", "subresource": "scale",
+                    "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            ]},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [
+                {"name": "app", "image": "web:evil", "args": ["b", "c"]}]}}}});
+        let rivals = rivals_in(&desired, &observed, &["myapp-operator"]);
+        assert_eq!(
+            rivals,
+            [Rival {
+                manager: "other-controller".into(),
+                operation: "Update".into(),
+                fields: vec![
+                    "spec.template.spec.containers[0].args".into(),
+                    "spec.template.spec.containers[0].image".into()
+                ],
+            }]
+        );
+        let fight = Fight {
+            writes: 4,
+            hold_off: FIRST_HOLD_OFF,
+        };
+        assert_eq!(
+            note(
+                &fight,
+                Some(3),
+                "spec.template.spec.containers[0].image",
+                &rivals
+            ),
+            "the Deployment was rewritten 4 times within 120 s while this MyApp stayed at generation 3: field manager \"other-controller\" (Update) keeps changing spec.template.spec.containers[0].args, spec.template.spec.containers[0].image, or the operator is in a hot loop; holding off 30 s"
+        );
+        assert!(note(&fight, Some(3), "x", &[]).contains("another writer keeps changing x"));
+    }
+
+    #[test]
+    fn the_rewrite_that_would_make_a_fight_is_known_before_it_is_made() {
+        let fights = Fights::default();
+        let key = ObjectRef::new("web").within("default");
+        let t0 = Instant::now();
+        for s in 0..3 {
+            assert!(!fights.would_fight(&key, Some(1), t0 + Duration::from_secs(s)));
+            fights.rewrote(&key, Some(1), t0 + Duration::from_secs(s));
+        }
+        assert!(fights.would_fight(&key, Some(1), t0 + Duration::from_secs(3)));
+        assert!(!fights.would_fight(&key, Some(2), t0 + Duration::from_secs(3)));
+        assert!(
+            fights
+                .rewrote(&key, Some(1), t0 + Duration::from_secs(3))
+                .is_some()
         );
     }
 }

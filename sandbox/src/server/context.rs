@@ -92,6 +92,10 @@ pub(super) struct Ctx {
     /// Who asks and what, as authorized (admission's `userInfo`, the create check of an
     /// apply that creates).
     pub(super) attrs: Attributes,
+    /// The field manager: `fieldManager`, else derived from the user agent.
+    pub(super) field_manager: String,
+    /// A server-side apply's configuration: its writes record Apply ownership, not Update.
+    pub(super) apply_config: Option<Value>,
 }
 
 impl Ctx {
@@ -106,6 +110,15 @@ impl Ctx {
 
     pub(super) fn name(&self) -> &str {
         self.path.name.as_deref().unwrap_or("")
+    }
+
+    /// This request as a writer of managedFields.
+    pub(super) fn writer(&self) -> crate::managed::Writer<'_> {
+        crate::managed::Writer {
+            rt: &self.rt,
+            subresource: self.path.sub.as_deref().unwrap_or(""),
+            manager: &self.field_manager,
+        }
     }
 }
 

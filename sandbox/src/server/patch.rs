@@ -1,7 +1,7 @@
 //! PATCH: JSON patch, merge patch, strategic merge patch and server-side apply.
 
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::access;
 use super::context::{Ctx, read_current};
@@ -9,6 +9,7 @@ use super::create::create;
 use super::update::{Commit, WRITE_RETRIES, commit_checked, merge_server_fields};
 use super::write::{admit, check_identity};
 use crate::admission::Operation;
+use crate::managed;
 use crate::patch;
 use crate::schema::FieldError;
 use crate::status::ApiError;
@@ -111,8 +112,8 @@ pub(super) async fn patch_object(
     // After the options are validated (`ValidatePatchOptions`), as in the handler.
     if kind == PatchKind::Apply {
         check_apply_identity(ctx, &patch_doc)?;
+        ctx.apply_config = Some(patch_doc.clone());
     }
-    let sub = ctx.path.sub.clone().unwrap_or_default();
     for _ in 0..WRITE_RETRIES {
         let Some(old) = read_current(ctx) else {
             if kind == PatchKind::Apply && ctx.path.sub.is_none() {
@@ -123,7 +124,6 @@ pub(super) async fn patch_object(
                     Err(e) if e.reason == "AlreadyExists" => continue,
                     created => created?,
                 };
-                remember_apply(ctx, &sub, &manager, &patch_doc);
                 return Ok((StatusCode::CREATED, created));
             }
             return Err(ApiError::not_found(&ctx.rt, ctx.name()));
@@ -145,27 +145,10 @@ pub(super) async fn patch_object(
             PatchKind::Apply => {
                 let mut config = patch_doc.clone();
                 check_identity(ctx, &mut config)?;
-                let state = ctx.inner.store.lock();
-                let configs =
-                    state
-                        .applied
-                        .get(&(ctx.rt.storage(), ctx.ns.clone(), ctx.name().to_string()));
-                let previous = configs
-                    .and_then(|c| c.get(&(sub.clone(), manager.clone())))
-                    .cloned();
-                let mut others: Vec<(String, Value)> = configs
-                    .into_iter()
-                    .flatten()
-                    .filter(|((s, m), _)| *s == sub && *m != manager)
-                    .map(|((_, m), v)| (m.clone(), v.clone()))
-                    .collect();
-                drop(state);
-                others.sort_by(|a, b| a.0.cmp(&b.0));
-                if ctx.query.get("force").map(String::as_str) != Some("true") {
-                    check_apply_conflicts(ctx, &old, &patch_doc, &others)?;
-                }
-                let others_ref: Vec<&Value> = others.iter().map(|(_, v)| v).collect();
-                patch::apply(&old, previous.as_ref(), &others_ref, &patch_doc)
+                let force = ctx.query.get("force").map(String::as_str) == Some("true");
+                ctx.writer()
+                    .apply(&old, &config, force)
+                    .map_err(|conflicts| managed::conflict_error(&conflicts))?
             }
         };
         let requested_rv = meta_str(&patched, "resourceVersion").map(String::from);
@@ -176,76 +159,9 @@ pub(super) async fn patch_object(
         let new = merge_server_fields(ctx, &old, patched);
         let new = admit(ctx, Operation::Update, new, Some(&old)).await?;
         match commit_checked(ctx, &old, new)? {
-            Commit::Done(code, v) => {
-                if kind == PatchKind::Apply {
-                    remember_apply(ctx, &sub, &manager, &patch_doc);
-                }
-                return Ok((code, v));
-            }
+            Commit::Done(code, v) => return Ok((code, v)),
             Commit::Stale => continue,
         }
     }
     Err(ApiError::conflict(&ctx.rt, ctx.name()))
-}
-
-/// Server-side apply without `force`: 409 when the configuration changes a field another
-/// manager applies with a different value.
-fn check_apply_conflicts(
-    ctx: &Ctx,
-    current: &Value,
-    config: &Value,
-    others: &[(String, Value)],
-) -> Result<(), ApiError> {
-    let mut conflicts: Vec<(String, String)> = Vec::new();
-    for (manager, applied) in others {
-        for path in patch::apply_conflicts(current, config, applied) {
-            conflicts.push((manager.clone(), path));
-        }
-    }
-    if conflicts.is_empty() {
-        return Ok(());
-    }
-    let api_version = ctx.rt.api_version();
-    let message = if let [(manager, path)] = conflicts.as_slice() {
-        format!(
-            "Apply failed with 1 conflict: conflict with \"{manager}\" using {api_version}: {path}"
-        )
-    } else {
-        let lines: Vec<String> = conflicts
-            .iter()
-            .map(|(m, p)| format!("- conflict with \"{m}\" using {api_version}: {p}"))
-            .collect();
-        format!(
-            "Apply failed with {} conflicts:\n{}",
-            conflicts.len(),
-            lines.join("\n")
-        )
-    };
-    let mut err = ApiError::new(409, "Conflict", message);
-    err.details = Some(Box::new(json!({
-        "name": ctx.name(),
-        "group": ctx.rt.group,
-        "kind": ctx.rt.plural,
-        "causes": conflicts.iter().map(|(m, p)| json!({
-            "reason": "FieldManagerConflict",
-            "message": format!("conflict with \"{m}\" using {api_version}"),
-            "field": p,
-        })).collect::<Vec<_>>(),
-    })));
-    Err(err)
-}
-
-fn remember_apply(ctx: &Ctx, sub: &str, manager: &str, config: &Value) {
-    if ctx.dry_run {
-        return;
-    }
-    let mut state = ctx.inner.store.lock();
-    if state.get(&ctx.rt.storage(), &ctx.ns, ctx.name()).is_none() {
-        return;
-    }
-    state
-        .applied
-        .entry((ctx.rt.storage(), ctx.ns.clone(), ctx.name().to_string()))
-        .or_default()
-        .insert((sub.to_string(), manager.to_string()), config.clone());
 }

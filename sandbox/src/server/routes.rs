@@ -311,6 +311,16 @@ async fn resource(
         field_validation,
         warnings: Vec::new(),
         attrs,
+        field_manager: match query.get("fieldManager") {
+            Some(manager) => manager.clone(),
+            None => crate::managed::manager_from_user_agent(
+                headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or(""),
+            ),
+        },
+        apply_config: None,
     };
     if review::is_review(&ctx.rt) {
         return review::review(&ctx, method, headers, &body);

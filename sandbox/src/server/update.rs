@@ -18,7 +18,7 @@ pub(super) const WRITE_RETRIES: usize = 5;
 
 /// Builds the object a write of `incoming` over `old` stores: server-owned fields from `old`,
 /// and only `.status` (status writes) or everything but `.status` (main-resource writes of a
-/// kind with a status subresource).
+/// kind with a status subresource). The managedFields sent stay for the field manager.
 pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, incoming: Value) -> Value {
     if ctx.path.sub.as_deref() == Some("status") {
         let mut new = old.clone();
@@ -29,6 +29,10 @@ pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, incoming: Value) -> Va
                     m.remove("status");
                 }
             }
+        }
+        // What the write sends (or an apply computed) is judged by the field manager.
+        if let Some(managed) = incoming.pointer("/metadata/managedFields") {
+            meta_mut(&mut new).insert("managedFields".into(), managed.clone());
         }
         return new;
     }
@@ -55,7 +59,6 @@ pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, incoming: Value) -> Va
                 }
             }
         }
-        meta.remove("managedFields");
     }
     if ctx.rt.status_subresource {
         match old.get("status") {
@@ -91,6 +94,9 @@ pub(super) enum Commit {
 
 fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, ApiError> {
     let name = ctx.name().to_string();
+    if ctx.apply_config.is_none() {
+        ctx.writer().updated(old, &mut new);
+    }
     let mut state = ctx.inner.store.lock();
     let Some(current) = state.get(&ctx.rt.storage(), &ctx.ns, &name) else {
         return Err(ApiError::not_found(&ctx.rt, &name));

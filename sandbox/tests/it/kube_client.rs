@@ -1074,7 +1074,7 @@ async fn server_side_apply_conflicts_with_another_manager_unless_forced() {
     assert_eq!(status.code, 409);
     assert_eq!(
         status.message,
-        "Apply failed with 1 conflict: conflict with \"first\" using v1: .data.k"
+        "Apply failed with 1 conflict: conflict with \"first\": .data.k"
     );
     let forced = cms
         .patch(

@@ -7,6 +7,7 @@ mod identity;
 mod kube_client;
 mod kubectl;
 mod kubectl_auth;
+mod managed_fields;
 mod rbac;
 mod retention;
 mod strict;

@@ -230,11 +230,16 @@ async fn another_writer_fighting_over_the_image_is_detected_held_off_and_told_in
     })
     .await;
     let note = event.note.unwrap_or_default();
+    // The other writer is named from the Deployment's managedFields, with the field it owns.
     assert!(
-        note.contains("spec.template.spec.containers[0].image"),
+        note.contains(
+            "field manager \"other-controller\" (Update) keeps changing spec.template.spec.containers[0].image"
+        ),
         "{note}"
     );
+    assert!(!note.contains("myapp-operator\""), "{note}");
     assert!(note.contains("holding off 30 s"), "{note}");
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(operator.parts.metrics.fights.get(), 1);
 
     // Held off: while the other writer keeps polling, the operator writes the Deployment no more.

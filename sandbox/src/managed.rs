@@ -1,0 +1,498 @@
+//! `metadata.managedFields`: which field manager owns which fields, kept on every write as
+//! kube-apiserver's field manager keeps them (one entry per manager, operation and subresource),
+//! and the conflicts of a server-side apply.
+
+use serde_json::{Value, json};
+
+use crate::fields::{self, FieldSet, Path, Shape};
+use crate::registry::ResourceType;
+use crate::status::ApiError;
+use crate::store::now;
+
+/// The two operations a managedFields entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Operation {
+    /// Server-side apply: the manager owns exactly what it applied.
+    Apply,
+    /// Any other write: the manager owns what it changed.
+    Update,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// One `managedFields` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The field manager's name.
+    pub manager: String,
+    /// Apply or Update.
+    pub operation: Operation,
+    /// The API version the write used.
+    pub api_version: String,
+    /// When the entry last changed (RFC 3339, seconds).
+    pub time: String,
+    /// `""`, `status` or `scale`.
+    pub subresource: String,
+    /// The fields it owns.
+    pub fields: FieldSet,
+}
+
+impl Entry {
+    fn is(&self, manager: &str, operation: Operation, subresource: &str) -> bool {
+        self.manager == manager && self.operation == operation && self.subresource == subresource
+    }
+
+    /// The manager as kube-apiserver's conflict messages print it (`printManager` in
+    /// `managedfields/internal/conflict.go`): Update managers with their API version, and the
+    /// subresource when there is one. The time is not printed: it is not part of the manager's
+    /// identity there.
+    pub fn printed(&self) -> String {
+        let mut out = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            out.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == Operation::Update {
+            out.push_str(&format!(" using {}", self.api_version));
+        }
+        out
+    }
+}
+
+/// The entries of an object's `metadata.managedFields` (entries that do not decode are
+/// dropped).
+pub fn decode(obj: &Value) -> Vec<Entry> {
+    let Some(entries) = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|e| {
+            let operation = match e.get("operation").and_then(Value::as_str)? {
+                "Apply" => Operation::Apply,
+                "Update" => Operation::Update,
+                _ => return None,
+            };
+            let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            Some(Entry {
+                manager: text("manager"),
+                operation,
+                api_version: text("apiVersion"),
+                time: text("time"),
+                subresource: text("subresource"),
+                fields: FieldSet::from_fields_v1(e.get("fieldsV1").unwrap_or(&Value::Null)),
+            })
+        })
+        .collect()
+}
+
+/// Writes `entries` into `obj` in kube-apiserver's order (Apply before Update, then by time,
+/// manager, API version, subresource); none at all removes the field.
+fn encode(obj: &mut Value, mut entries: Vec<Entry>) {
+    entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|a, b| {
+        (
+            a.operation,
+            &a.time,
+            &a.manager,
+            &a.api_version,
+            &a.subresource,
+        )
+            .cmp(&(
+                b.operation,
+                &b.time,
+                &b.manager,
+                &b.api_version,
+                &b.subresource,
+            ))
+    });
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if entries.is_empty() {
+        meta.remove("managedFields");
+        return;
+    }
+    let list: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let mut v = json!({
+                "manager": e.manager,
+                "operation": e.operation.as_str(),
+                "apiVersion": e.api_version,
+                "time": e.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": e.fields.to_fields_v1(),
+            });
+            if !e.subresource.is_empty() {
+                v["subresource"] = json!(e.subresource);
+            }
+            v
+        })
+        .collect();
+    meta.insert("managedFields".into(), Value::Array(list));
+}
+
+/// Who writes and through which endpoint.
+pub struct Writer<'a> {
+    /// The resource type written.
+    pub rt: &'a ResourceType,
+    /// `""`, `status` or `scale`.
+    pub subresource: &'a str,
+    /// The field manager (`fieldManager`, else the user agent's product).
+    pub manager: &'a str,
+}
+
+impl Writer<'_> {
+    fn shape(&self) -> Shape<'_> {
+        Shape::Root(self.rt.schema.as_ref().map(|s| s.raw()))
+    }
+
+    /// The part of `obj` this endpoint writes, without the fields no manager owns (identity
+    /// and server-set metadata, as `stripmeta.go` strips them): `status` alone through
+    /// `/status`; everything but `status` elsewhere when the kind has a status subresource.
+    fn scoped(&self, obj: &Value) -> Value {
+        let mut out = obj.clone();
+        if let Some(map) = out.as_object_mut() {
+            map.remove("apiVersion");
+            map.remove("kind");
+            if self.subresource == "status" {
+                map.retain(|k, _| k == "status");
+            } else if self.rt.status_subresource {
+                map.remove("status");
+            }
+            if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+                for field in [
+                    "name",
+                    "namespace",
+                    "uid",
+                    "resourceVersion",
+                    "generation",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "managedFields",
+                    "selfLink",
+                ] {
+                    meta.remove(field);
+                }
+                if meta.is_empty() {
+                    map.remove("metadata");
+                }
+            }
+        }
+        out
+    }
+
+    /// A built-in kind's `metadata`, `spec` and `status` are Go structs that are never absent
+    /// in the objects kube-apiserver compares, so a write never "creates" them (no `.`
+    /// member); a custom resource's are plain maps that can be.
+    fn go_structs(&self, mut before: Value, after: &Value) -> Value {
+        if self.rt.crd.is_some() {
+            return before;
+        }
+        if let (Some(b), Some(a)) = (before.as_object_mut(), after.as_object()) {
+            for key in ["metadata", "spec", "status"] {
+                if a.contains_key(key) && !b.contains_key(key) {
+                    b.insert(key.into(), json!({}));
+                }
+            }
+        }
+        before
+    }
+
+    fn new_entry(&self, operation: Operation, fields: FieldSet) -> Entry {
+        Entry {
+            manager: self.manager.to_string(),
+            operation,
+            api_version: self.rt.api_version(),
+            time: now(),
+            subresource: self.subresource.to_string(),
+            fields,
+        }
+    }
+
+    /// The managedFields of an object being created: the creator owns everything it set
+    /// (an applier exactly its configuration).
+    pub fn created(&self, obj: &mut Value, applied: Option<&Value>) {
+        let entry = match applied {
+            Some(config) => {
+                let fields = fields::object_set(&self.scoped(config), self.shape());
+                self.new_entry(Operation::Apply, fields)
+            }
+            None => {
+                let after = self.scoped(obj);
+                let before = self.go_structs(json!({}), &after);
+                let fields = fields::changed(Some(&before), &after, self.shape(), "");
+                self.new_entry(Operation::Update, fields)
+            }
+        };
+        encode(obj, vec![entry]);
+    }
+
+    /// The managedFields after an update (PUT, a non-apply patch, `/status`, `/scale`) from
+    /// `old` to `new`: the manager's Update entry gains what the write changed (taking it from
+    /// every other manager) and loses what it removed. A client that sends managedFields
+    /// other than the stored ones replaces them; `[{}]` clears them.
+    pub fn updated(&self, old: &Value, new: &mut Value) {
+        let sent = new.pointer("/metadata/managedFields").cloned();
+        let stored = old.pointer("/metadata/managedFields").cloned();
+        let mut entries = match &sent {
+            Some(list) if Some(list) != stored.as_ref() => {
+                let entries = decode(new);
+                if entries.is_empty() {
+                    if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                        meta.remove("managedFields");
+                    }
+                    return;
+                }
+                entries
+            }
+            _ => decode(old),
+        };
+        let after = self.scoped(new);
+        let before = self.go_structs(self.scoped(old), &after);
+        let set = fields::changed(Some(&before), &after, self.shape(), "");
+        let gone = fields::removed(&before, Some(&after), self.shape(), "");
+        if set.is_empty() && gone.is_empty() && sent.is_none_or(|s| Some(&s) == stored.as_ref()) {
+            restore(new, stored);
+            return;
+        }
+        for e in entries.iter_mut() {
+            e.fields = e.fields.difference(&set);
+        }
+        let mine = match entries
+            .iter()
+            .position(|e| e.is(self.manager, Operation::Update, self.subresource))
+        {
+            Some(at) => entries.remove(at).fields,
+            None => FieldSet::default(),
+        };
+        entries.push(self.new_entry(Operation::Update, mine.union(&set).difference(&gone)));
+        encode(new, entries);
+    }
+
+    /// Server-side apply of `config` to `live`: the merged object with its managedFields, or
+    /// the conflicts (without `force`) with fields other managers own and the apply changes.
+    /// Fields the manager applied before and no longer does are removed unless another
+    /// manager owns them.
+    pub fn apply(
+        &self,
+        live: &Value,
+        config: &Value,
+        force: bool,
+    ) -> Result<Value, Vec<(Entry, Path)>> {
+        let shape = self.shape();
+        let mut entries = decode(live);
+        let mut scoped_config = self.scoped(config);
+        let applied = fields::object_set(&scoped_config, shape);
+        // What the merge may write: the scoped configuration plus the identity it names.
+        if let Some(rv) = config.pointer("/metadata/resourceVersion") {
+            scoped_config["metadata"]["resourceVersion"] = rv.clone();
+        }
+        let mut merged = fields::merge(live, &scoped_config, shape, "");
+        let set = fields::changed(Some(&self.scoped(live)), &self.scoped(&merged), shape, "");
+        let mut conflicts = Vec::new();
+        for e in entries.iter_mut() {
+            if e.is(self.manager, Operation::Apply, self.subresource) {
+                continue;
+            }
+            let theirs = e.fields.intersection(&set);
+            if theirs.is_empty() {
+                continue;
+            }
+            for path in theirs.members() {
+                conflicts.push((e.clone(), path));
+            }
+            e.fields = e.fields.difference(&theirs);
+        }
+        if !conflicts.is_empty() && !force {
+            conflicts.sort_by(|(a, p), (b, q)| {
+                (&a.manager, a.operation, &a.api_version, &a.subresource, p).cmp(&(
+                    &b.manager,
+                    b.operation,
+                    &b.api_version,
+                    &b.subresource,
+                    q,
+                ))
+            });
+            return Err(conflicts);
+        }
+        let previous = match entries
+            .iter()
+            .position(|e| e.is(self.manager, Operation::Apply, self.subresource))
+        {
+            Some(at) => entries.remove(at).fields,
+            None => FieldSet::default(),
+        };
+        let others = entries
+            .iter()
+            .fold(FieldSet::default(), |all, e| all.union(&e.fields));
+        let mut prune = previous.difference(&applied).difference(&others).members();
+        // Shallowest first: a list element or map goes whole unless someone else still owns
+        // fields in it; then only its own leaves go, never the key fields that name it.
+        prune.sort_by_key(Vec::len);
+        for path in prune {
+            if !others.has_member_below(&path) && !fields::is_key_field(&path) {
+                fields::remove_path(&mut merged, &path);
+            }
+        }
+        entries.push(self.new_entry(Operation::Apply, applied));
+        encode(&mut merged, entries);
+        if live.pointer("/metadata/managedFields") == merged.pointer("/metadata/managedFields")
+            || same_but_times(live, &merged)
+        {
+            let stored = live.pointer("/metadata/managedFields").cloned();
+            restore(&mut merged, stored);
+        }
+        Ok(merged)
+    }
+}
+
+/// Whether two versions of an object differ at most in their managedFields' times: a no-op
+/// write keeps the stored times (`IgnoreManagedFieldsTimestampsTransformer`).
+fn same_but_times(old: &Value, new: &Value) -> bool {
+    let untimed = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(Value::Array(list)) = v.pointer_mut("/metadata/managedFields") {
+            for e in list.iter_mut().filter_map(Value::as_object_mut) {
+                e.remove("time");
+            }
+        }
+        v
+    };
+    untimed(old) == untimed(new)
+}
+
+fn restore(obj: &mut Value, managed: Option<Value>) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match managed {
+        Some(m) => meta.insert("managedFields".into(), m),
+        None => meta.remove("managedFields"),
+    };
+}
+
+/// The 409 of an apply that conflicts, in kube-apiserver's words (`NewConflictError` in
+/// `managedfields/internal/conflict.go`): one conflict on one line, several grouped by
+/// manager; a `FieldManagerConflict` cause per field.
+pub fn conflict_error(conflicts: &[(Entry, Path)]) -> ApiError {
+    let message = if let [(entry, path)] = conflicts {
+        format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            entry.printed(),
+            fields::path_string(path)
+        )
+    } else {
+        let mut lines: Vec<String> = Vec::new();
+        let mut last: Option<String> = None;
+        for (entry, path) in conflicts {
+            let printed = entry.printed();
+            if last.as_ref() != Some(&printed) {
+                lines.push(format!("conflicts with {printed}:"));
+                last = Some(printed);
+            }
+            lines.push(format!("- {}", fields::path_string(path)));
+        }
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            lines.join("\n")
+        )
+    };
+    let mut err = ApiError::new(409, "Conflict", message);
+    err.details = Some(Box::new(json!({
+        "causes": conflicts.iter().map(|(entry, path)| json!({
+            "reason": "FieldManagerConflict",
+            "message": format!("conflict with {}", entry.printed()),
+            "field": fields::path_string(path),
+        })).collect::<Vec<_>>(),
+    })));
+    err
+}
+
+/// The field manager of a request without `fieldManager`: the user agent up to its first `/`
+/// (`prefixFromUserAgent` in `endpoints/handlers/rest.go`).
+pub fn manager_from_user_agent(user_agent: &str) -> String {
+    user_agent.split('/').next().unwrap_or("").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+
+    fn deployments() -> std::sync::Arc<ResourceType> {
+        Registry::builtin()
+            .get("apps", "v1", "deployments")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_scale_update_then_an_apply_of_other_replicas_conflicts_unless_forced() {
+        let rt = deployments();
+        let mut live = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"}, "spec": {"replicas": 1}});
+        let applier = Writer {
+            rt: &rt,
+            subresource: "",
+            manager: "ops",
+        };
+        live = applier.apply(&live, &live.clone(), false).unwrap();
+        let scaler = Writer {
+            rt: &rt,
+            subresource: "scale",
+            manager: "kubectl-scale",
+        };
+        let mut scaled = live.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        scaler.updated(&live, &mut scaled);
+        let config = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"}, "spec": {"replicas": 2}});
+        let conflicts = applier.apply(&scaled, &config, false).unwrap_err();
+        assert_eq!(
+            conflict_error(&conflicts).message,
+            "Apply failed with 1 conflict: conflict with \"kubectl-scale\" with subresource \"scale\" using apps/v1: .spec.replicas"
+        );
+        let forced = applier.apply(&scaled, &config, true).unwrap();
+        let entries = decode(&forced);
+        assert_eq!(entries.len(), 1, "{forced}");
+        assert_eq!(entries[0].manager, "ops");
+        assert_eq!(forced["spec"]["replicas"], 2);
+    }
+
+    #[test]
+    fn several_conflicts_are_grouped_by_manager() {
+        let rt = deployments();
+        let live = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"}, "spec": {"replicas": 1, "paused": false}});
+        let a = Writer {
+            rt: &rt,
+            subresource: "",
+            manager: "a",
+        };
+        let live = a.apply(&live, &live.clone(), false).unwrap();
+        let config = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"}, "spec": {"replicas": 2, "paused": true}});
+        let b = Writer {
+            rt: &rt,
+            subresource: "",
+            manager: "b",
+        };
+        let conflicts = b.apply(&live, &config, false).unwrap_err();
+        assert_eq!(
+            conflict_error(&conflicts).message,
+            "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.paused\n- .spec.replicas"
+        );
+    }
+}

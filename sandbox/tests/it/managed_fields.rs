@@ -1,0 +1,461 @@
+//! `metadata.managedFields` as kube-apiserver keeps them: Update and Apply entries per manager
+//! and subresource, apply conflicts in its words, list-maps shared by key, and fields dropped
+//! from an apply kept while another manager owns them.
+
+use crate::support::fixtures::client;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube_sandbox::Sandbox;
+use kube_sandbox::testing::{Kubectl, path_str};
+use serde_json::{Value, json};
+
+fn deployment(replicas: i32) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+    })
+}
+
+fn by(manager: &str) -> PatchParams {
+    PatchParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    }
+}
+
+/// The entries of `obj`'s managedFields as (manager, operation, subresource, fieldsV1).
+fn entries(obj: &impl serde::Serialize) -> Vec<(String, String, String, Value)> {
+    let obj = serde_json::to_value(obj).unwrap();
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            (
+                s("manager"),
+                s("operation"),
+                s("subresource"),
+                e["fieldsV1"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn fields_of(obj: &impl serde::Serialize, manager: &str) -> Value {
+    entries(obj)
+        .into_iter()
+        .find(|(m, ..)| m == manager)
+        .map(|(.., f)| f)
+        .unwrap_or_else(|| panic!("no entry of {manager}"))
+}
+
+#[tokio::test]
+async fn creates_applies_updates_scales_and_status_writes_each_record_their_fields() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    let create = PostParams {
+        field_manager: Some("creator".into()),
+        ..Default::default()
+    };
+    let created = api
+        .create(&create, &serde_json::from_value(deployment(1)).unwrap())
+        .await
+        .unwrap();
+    let mine = fields_of(&created, "creator");
+    assert_eq!(mine["f:spec"]["f:replicas"], json!({}), "{mine}");
+    assert_eq!(
+        mine["f:spec"]["f:selector"],
+        json!({}),
+        "an atomic map: {mine}"
+    );
+    assert_eq!(
+        mine["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"]["f:image"],
+        json!({}),
+        "{mine}"
+    );
+
+    let apply = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d", "annotations": {"team": "a"}}});
+    api.patch("d", &PatchParams::apply("applier"), &Patch::Apply(apply))
+        .await
+        .unwrap();
+    api.patch(
+        "d",
+        &by("patcher"),
+        &Patch::Merge(json!({"spec": {"paused": true}})),
+    )
+    .await
+    .unwrap();
+    api.patch_scale(
+        "d",
+        &by("scaler"),
+        &Patch::Merge(json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .unwrap();
+    api.patch_status(
+        "d",
+        &by("statuser"),
+        &Patch::Merge(json!({"status": {"observedGeneration": 3}})),
+    )
+    .await
+    .unwrap();
+
+    let d = api.get("d").await.unwrap();
+    let got: Vec<(String, String, String)> = entries(&d)
+        .into_iter()
+        .map(|(m, o, s, _)| (m, o, s))
+        .collect();
+    let entry = |m: &str, o: &str, s: &str| (m.to_string(), o.to_string(), s.to_string());
+    assert_eq!(
+        got,
+        [
+            entry("applier", "Apply", ""),
+            entry("creator", "Update", ""),
+            entry("patcher", "Update", ""),
+            entry("scaler", "Update", "scale"),
+            entry("statuser", "Update", "status"),
+        ]
+    );
+    assert_eq!(
+        fields_of(&d, "applier"),
+        json!({"f:metadata": {"f:annotations": {"f:team": {}}}})
+    );
+    assert_eq!(
+        fields_of(&d, "patcher"),
+        json!({"f:spec": {"f:paused": {}}})
+    );
+    assert_eq!(
+        fields_of(&d, "scaler"),
+        json!({"f:spec": {"f:replicas": {}}})
+    );
+    assert_eq!(
+        fields_of(&d, "statuser"),
+        json!({"f:status": {"f:observedGeneration": {}}})
+    );
+    let creator = fields_of(&d, "creator");
+    assert_eq!(
+        creator["f:spec"]["f:replicas"],
+        Value::Null,
+        "the scale took spec.replicas from its creator: {creator}"
+    );
+
+    // The list and the reset rule: `[{}]` clears them.
+    let listed = api.list(&Default::default()).await.unwrap();
+    assert_eq!(entries(&listed.items[0]).len(), 5);
+    let cleared = api
+        .patch(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"managedFields": [{}]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cleared.metadata.managed_fields, None);
+}
+
+#[tokio::test]
+async fn an_apply_of_other_replicas_after_a_scale_conflicts_with_the_scaler_until_forced() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    api.patch(
+        "d",
+        &PatchParams::apply("ops"),
+        &Patch::Apply(deployment(2)),
+    )
+    .await
+    .unwrap();
+    api.patch_scale(
+        "d",
+        &by("kubectl-scale"),
+        &Patch::Merge(json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .unwrap();
+
+    // The same value is shared, not a conflict; another one is.
+    api.patch(
+        "d",
+        &PatchParams::apply("ops"),
+        &Patch::Apply(deployment(5)),
+    )
+    .await
+    .unwrap();
+    let err = api
+        .patch(
+            "d",
+            &PatchParams::apply("ops"),
+            &Patch::Apply(deployment(3)),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        status.message,
+        "Apply failed with 1 conflict: conflict with \"kubectl-scale\" with subresource \"scale\" using apps/v1: .spec.replicas"
+    );
+    let causes = status.details.map(|d| d.causes).unwrap_or_default();
+    assert_eq!(causes.len(), 1);
+    assert_eq!(causes[0].field, ".spec.replicas");
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    assert_eq!(
+        causes[0].message,
+        "conflict with \"kubectl-scale\" with subresource \"scale\" using apps/v1"
+    );
+
+    let forced = api
+        .patch(
+            "d",
+            &PatchParams::apply("ops").force(),
+            &Patch::Apply(deployment(3)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.spec.as_ref().unwrap().replicas, Some(3));
+    let managers: Vec<String> = entries(&forced).into_iter().map(|(m, ..)| m).collect();
+    assert_eq!(managers, ["ops"], "the scaler owned nothing else");
+    assert_eq!(fields_of(&forced, "ops")["f:spec"]["f:replicas"], json!({}));
+}
+
+#[tokio::test]
+async fn two_appliers_of_one_containers_env_keep_each_others_entries_by_name() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    api.patch(
+        "d",
+        &PatchParams::apply("base"),
+        &Patch::Apply(deployment(1)),
+    )
+    .await
+    .unwrap();
+    let env = |name: &str, value: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c",
+                "env": [{"name": name, "value": value}]}]}}}})
+    };
+    api.patch("d", &PatchParams::apply("a"), &Patch::Apply(env("A", "1")))
+        .await
+        .unwrap();
+    api.patch("d", &PatchParams::apply("b"), &Patch::Apply(env("B", "1")))
+        .await
+        .unwrap();
+    // `a` changes its own entry: `b`'s stays.
+    let d = api
+        .patch("d", &PatchParams::apply("a"), &Patch::Apply(env("A", "2")))
+        .await
+        .unwrap();
+    let container = &d
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    let got: Vec<(String, Option<String>)> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("A".to_string(), Some("2".to_string())),
+            ("B".to_string(), Some("1".to_string()))
+        ]
+    );
+    assert_eq!(
+        container.image.as_deref(),
+        Some("nginx"),
+        "base's image stays"
+    );
+    let env_of = |m: &str| {
+        fields_of(&d, m)["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"]
+            ["f:env"]
+            .clone()
+    };
+    assert_eq!(
+        env_of("a"),
+        json!({"k:{\"name\":\"A\"}": {".": {}, "f:name": {}, "f:value": {}}})
+    );
+    assert_eq!(
+        env_of("b"),
+        json!({"k:{\"name\":\"B\"}": {".": {}, "f:name": {}, "f:value": {}}})
+    );
+    // `b` stops applying its entry, which nobody else owns: it goes.
+    let d = api
+        .patch(
+            "d",
+            &PatchParams::apply("b"),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "d"}})),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = d.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["A"]);
+}
+
+#[tokio::test]
+async fn a_field_dropped_from_an_apply_stays_while_another_manager_owns_it() {
+    let sandbox = Sandbox::new();
+    let api: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let config = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
+    api.patch(
+        "c",
+        &PatchParams::apply("a"),
+        &Patch::Apply(config(json!({"x": "1", "y": "2", "z": "3"}))),
+    )
+    .await
+    .unwrap();
+    // `b` applies y with the same value (shared), `u` updates z (taking it).
+    api.patch(
+        "c",
+        &PatchParams::apply("b"),
+        &Patch::Apply(config(json!({"y": "2"}))),
+    )
+    .await
+    .unwrap();
+    api.patch("c", &by("u"), &Patch::Merge(json!({"data": {"z": "4"}})))
+        .await
+        .unwrap();
+    let cm = api
+        .patch(
+            "c",
+            &PatchParams::apply("a"),
+            &Patch::Apply(config(json!({"x": "1"}))),
+        )
+        .await
+        .unwrap();
+    let data = cm.data.clone().unwrap();
+    assert_eq!(
+        data.into_iter().collect::<Vec<_>>(),
+        [
+            ("x".to_string(), "1".to_string()),
+            ("y".to_string(), "2".to_string()),
+            ("z".to_string(), "4".to_string())
+        ]
+    );
+    // Once `b` drops y too, nobody owns it and it goes.
+    let cm = api
+        .patch(
+            "c",
+            &PatchParams::apply("b"),
+            &Patch::Apply(config(json!({}))),
+        )
+        .await
+        .unwrap();
+    let keys: Vec<String> = cm.data.unwrap().into_keys().collect();
+    assert_eq!(keys, ["x", "z"]);
+}
+
+#[tokio::test]
+async fn watch_events_carry_the_managed_fields_of_the_write() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    let created = api
+        .patch(
+            "d",
+            &PatchParams::apply("ops"),
+            &Patch::Apply(deployment(2)),
+        )
+        .await
+        .unwrap();
+    let mut events = api
+        .watch(
+            &WatchParams::default(),
+            &created.resource_version().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    api.patch_scale(
+        "d",
+        &by("hpa"),
+        &Patch::Merge(json!({"spec": {"replicas": 7}})),
+    )
+    .await
+    .unwrap();
+    let Some(Ok(WatchEvent::Modified(scaled))) = events.next().await else {
+        panic!("expected the scale as a MODIFIED event");
+    };
+    let got: Vec<(String, String, String)> = entries(&scaled)
+        .into_iter()
+        .map(|(m, o, s, _)| (m, o, s))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ops".to_string(), "Apply".to_string(), String::new()),
+            ("hpa".to_string(), "Update".to_string(), "scale".to_string())
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_managed_fields_only_when_asked() {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+        return;
+    };
+    let manifest = k.file("d.json", &deployment(2).to_string());
+    k.ok(&["apply", "--server-side", "-f", path_str(&manifest)])
+        .await;
+    k.ok(&["scale", "deployment", "d", "--replicas=3"]).await;
+    let shown = k
+        .ok(&[
+            "get",
+            "deployment",
+            "d",
+            "-o",
+            "yaml",
+            "--show-managed-fields",
+        ])
+        .await;
+    assert!(shown.contains("managedFields:"), "{shown}");
+    assert!(shown.contains("manager: kubectl\n"), "{shown}");
+    assert!(shown.contains("operation: Apply"), "{shown}");
+    assert!(shown.contains("subresource: scale"), "{shown}");
+    assert!(shown.contains("k:{\"name\":\"c\"}"), "{shown}");
+    let hidden = k.ok(&["get", "deployment", "d", "-o", "yaml"]).await;
+    assert!(!hidden.contains("managedFields"), "{hidden}");
+    // kubectl's own apply of another value conflicts with its scale, in the server's words
+    // (kubectl scale sends no fieldManager: the manager is its user agent's product).
+    let manifest = k.file("d.json", &deployment(4).to_string());
+    let out = k
+        .run(&["apply", "--server-side", "-f", path_str(&manifest)])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(
+            "Apply failed with 1 conflict: conflict with \"kubectl\" with subresource \"scale\" using apps/v1: .spec.replicas"
+        ),
+        "{stderr}"
+    );
+}
