@@ -5,7 +5,8 @@
 //! - [`patch`]: the add-only JSON Patch computed against the raw request object;
 //! - [`serve`]: tokio-rustls + hyper HTTP/1.1 with timeouts, body limit, bounded connections,
 //!   certificate hot-reload ([`tls`]) and graceful drain;
-//! - [`Metrics`]: prometheus-client metrics for the operator's `/metrics`.
+//! - [`Metrics`]: prometheus-client metrics for the operator's `/metrics`;
+//! - `testing` (feature `testing`, dev-dependencies only): a test CA and its TLS configurations.
 //!
 //! The answers chosen for bad input, and where they follow controller-runtime, are in the
 //! table below (also the crate's README).
@@ -17,6 +18,8 @@ pub mod metrics;
 pub mod patch;
 pub mod review;
 mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;
 
 pub use error::Error;

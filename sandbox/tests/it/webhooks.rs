@@ -2,8 +2,8 @@
 //! by the kube client and by kubectl.
 
 use crate::support::fixtures;
-use crate::support::webhook;
 
+use crate::support::webhook::{SERVICE, Webhook};
 use fixtures::{Widget, client, install_crd, widget};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -16,7 +16,6 @@ use kube_sandbox::Sandbox;
 use kube_sandbox::admission::ServiceRef;
 use kube_sandbox::testing::{Kubectl, path_str};
 use serde_json::json;
-use webhook::{SERVICE, Webhook};
 
 async fn sandbox_with_webhooks(webhook: &Webhook) -> Sandbox {
     let sandbox = Sandbox::builder()

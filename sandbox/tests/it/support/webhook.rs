@@ -13,7 +13,7 @@ use axum::http::Uri;
 use base64::Engine as _;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::PrivateKeyDer;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -81,30 +81,9 @@ async fn answer(State(reviews): State<Reviews>, uri: Uri, Json(body): Json<Value
 /// A CA made now and a serving configuration for `webhook.ops.svc` signed by it.
 fn serving_config() -> (rustls::ServerConfig, String) {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "sandbox e2e test ca");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
+    let ca = ::webhook::testing::TestCa::new("sandbox e2e test ca");
     let dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
-    let cert = CertificateParams::new(vec![dns])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![cert.der().clone()],
-        PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
-    )
-    .unwrap();
-    (tls, ca.pem())
+    (ca.server_config(&[&dns]), ca.ca_pem())
 }
 
 /// A serving configuration whose certificate is its own CA: self-signed, `CA:TRUE`, for
