@@ -157,9 +157,10 @@ pub struct MyAppStatus {
 /// A summary of the app's state, for people and `kubectl get`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Accepted, but the Deployment has not yet reported on the current spec.
+    /// Accepted, but the Deployment's controller has not reported on the app's Deployment yet.
     Pending,
-    /// The Deployment is rolling out the current spec or scaling.
+    /// The Deployment is rolling out a change (one its controller may not have picked up yet)
+    /// or scaling.
     Progressing,
     /// The current spec is rolled out and every desired replica is available.
     Running,
