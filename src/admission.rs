@@ -9,7 +9,7 @@
 //! |------|--------------|--------------|
 //! | `spec.replicas` in `0..=1000` | yes | the maximum is configurable lower (`--max-replicas`) |
 //! | `spec.port` in `1..=65535` | yes | |
-//! | `spec.image` an OCI reference | regex | stricter: repository name <= 255 bytes; `sha256`/`sha512` digests must be 64/128 lower-case hex; precise messages per part |
+//! | `spec.image` an OCI reference | regex | stricter: repository name <= 255 bytes; `sha256`/`sha512` digests must be 64/128 lower-case hex; a bracketed registry host must be an IPv6 address; precise messages per part |
 //! | `spec.env` names: pattern, 1..=128 | yes | also not `.`, `..` or starting with `..` (as Kubernetes' `IsEnvVarName`) |
 //! | `spec.env` names unique | list-map key | reported on the name field, once per duplicate |
 //! | `spec.env` at most 64, values <= 8192 | yes (values in characters) | values in bytes (stricter) |
@@ -370,6 +370,22 @@ impl<'a> ImageRef<'a> {
 }
 
 fn check_domain(domain: &str) -> Result<(), String> {
+    // A bracketed IPv6 literal holds colons of its own: the port follows its ']'.
+    if let Some(literal) = domain.strip_prefix('[') {
+        let (address, rest) = literal
+            .split_once(']')
+            .ok_or_else(|| format!("registry host {domain:?} opens '[' without closing it"))?;
+        check_ipv6(address)?;
+        return match rest {
+            "" => Ok(()),
+            _ => match rest.strip_prefix(':') {
+                Some(port) => check_port(port),
+                None => Err(format!(
+                    "registry host [{address}] must be followed by ':' and a port, or by '/'"
+                )),
+            },
+        };
+    }
     let (host, port) = match domain.split_once(':') {
         Some((host, port)) => (host, Some(port)),
         None => (domain, None),
@@ -389,10 +405,24 @@ fn check_domain(domain: &str) -> Result<(), String> {
             ));
         }
     }
-    if let Some(port) = port
-        && (port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
-    {
+    port.map_or(Ok(()), check_port)
+}
+
+fn check_port(port: &str) -> Result<(), String> {
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("registry port {port:?} must be digits"));
+    }
+    Ok(())
+}
+
+/// The grammar's `[` hex digits and colons `]`, which must also be an IPv6 address (stricter
+/// than the schema, whose pattern only asks for a colon in it).
+fn check_ipv6(address: &str) -> Result<(), String> {
+    let grammar = address.bytes().all(|b| b.is_ascii_hexdigit() || b == b':');
+    if !grammar || address.parse::<std::net::Ipv6Addr>().is_err() {
+        return Err(format!(
+            "registry host [{address}] is not an IPv6 address (hex digits and colons, such as [::1] or [2001:db8::5])"
+        ));
     }
     Ok(())
 }
@@ -484,12 +514,16 @@ fn check_digest(digest: &str) -> Result<(), String> {
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b'_' | b'-'))
         }
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    match (ok, algorithm) {
+        (true, _) => Ok(()),
+        // Only these two are the webhook's own rule (the schema asks any algorithm for 32).
+        (false, "sha256" | "sha512") => Err(format!(
             "digest {digest:?} is not valid: sha256 needs 64 and sha512 128 lower-case hex digits"
-        ))
+        )),
+        (false, _) => Err(format!(
+            "digest {digest:?} is not valid: the encoded part needs at least 32 letters, digits, \
+             '=', '_' or '-'"
+        )),
     }
 }
 
@@ -651,6 +685,10 @@ mod tests {
             &format!("ghcr.io/x/app:1@{digest}"),
             &format!("app@sha512:{}", "0".repeat(128)),
             &format!("app@multihash+base58:{}", "Q".repeat(46)),
+            "[::1]:5000/app:1",
+            "[2001:DB8::5]/team/app",
+            "a_b/c",
+            "a.b/c",
         ] {
             assert!(
                 ImageRef::parse(good).is_ok(),
@@ -672,6 +710,12 @@ mod tests {
             ("app@sha256", "algorithm:encoded"),
             ("app@SHA256:abcdefabcdefabcdefabcdefabcdefab", "algorithm"),
             ("app with space", "must be lower-case"),
+            ("a.b_c/app", "registry host \"a.b_c\""),
+            ("[::1/app", "without closing"),
+            ("[1]:5000/app", "not an IPv6 address"),
+            ("[::1]5000/app", "followed by ':'"),
+            ("[::1]:/app", "port"),
+            ("[::ffff:1.2.3.4]/app", "not an IPv6 address"),
         ] {
             let error = ImageRef::parse(bad).unwrap_err();
             assert!(error.contains(why), "{bad}: {error}");
@@ -690,6 +734,11 @@ mod tests {
         assert_eq!(
             (r.domain, r.path, r.tag, r.digest),
             (Some("localhost:5000"), "team/app", Some("1.2"), None)
+        );
+        let r = ImageRef::parse("[::1]:5000/app:1").unwrap();
+        assert_eq!(
+            (r.domain, r.path, r.tag, r.digest),
+            (Some("[::1]:5000"), "app", Some("1"), None)
         );
         let r = ImageRef::parse("team/app").unwrap();
         assert_eq!((r.domain, r.path, r.tag), (None, "team/app", None));

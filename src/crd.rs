@@ -33,11 +33,16 @@ pub const MAX_ENV_VALUE_LEN: usize = 8192;
 /// every supported API server accepts).
 pub const ENV_NAME_PATTERN: &str = "^[-._a-zA-Z][-._a-zA-Z0-9]*$";
 
-/// An image reference per the OCI distribution spec: `[host[:port]/]path[:tag][@digest]`,
-/// written for CEL's RE2 `matches()`. Path components are lower-case.
+/// An image reference per the distribution spec, `[host[:port]/]path[:tag][@digest]`, as
+/// Docker splits it, written for CEL's RE2 `matches()` (and the Rust `regex` crate the sandbox
+/// evaluates it with). Path components are lower-case. The first of several components is the
+/// host when it looks like one (a `.`, a `:`, an upper-case letter, `localhost`) and must then
+/// be a valid host: so it is either a host (DNS labels or a bracketed IPv6 literal, which
+/// holds a `:`) or a path component without a `.`.
 pub const IMAGE_REFERENCE_PATTERN: &str = concat!(
-    r"^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?/)?",
-    r"[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*)*",
+    r"^(((([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|\[[0-9a-fA-F:]*:[0-9a-fA-F:]*\])(:[0-9]+)?",
+    r"|[a-z0-9]+(([_]|__|[-]+)[a-z0-9]+)*)/([a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*/)*)?",
+    r"[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*",
     r"(:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})?",
     r"(@[a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,})?$",
 );
@@ -157,9 +162,10 @@ pub struct MyAppStatus {
 /// A summary of the app's state, for people and `kubectl get`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Accepted, but the Deployment has not yet reported on the current spec.
+    /// Accepted, but the Deployment's controller has not reported on the app's Deployment yet.
     Pending,
-    /// The Deployment is rolling out the current spec or scaling.
+    /// The Deployment is rolling out a change (one its controller may not have picked up yet)
+    /// or scaling.
     Progressing,
     /// The current spec is rolled out and every desired replica is available.
     Running,
@@ -186,8 +192,10 @@ fn unwrap_descriptions(schema: &mut schemars::Schema) {
     schemars::transform::transform_subschemas(&mut unwrap_descriptions, schema);
 }
 
+/// The pattern inside a CEL string literal, whose escapes take a backslash of their own.
 fn image_rule() -> String {
-    format!("self.matches('{IMAGE_REFERENCE_PATTERN}')")
+    let pattern = IMAGE_REFERENCE_PATTERN.replace('\\', "\\\\");
+    format!("self.matches('{pattern}')")
 }
 
 /// Annotation on the installed CRD: the schema serial this binary was built with. Raise
@@ -198,7 +206,7 @@ pub const SCHEMA_SERIAL_ANNOTATION: &str = "example.com/schema-serial";
 /// change, including one nobody remembered to count in the serial.
 pub const SCHEMA_DIGEST_ANNOTATION: &str = "example.com/schema-digest";
 /// The schema serial of this build (see [`SCHEMA_SERIAL_ANNOTATION`]).
-pub const SCHEMA_SERIAL: u32 = 1;
+pub const SCHEMA_SERIAL: u32 = 2;
 
 /// `sha256:<hex>` of the generated CRD (without the two stamp annotations) as compact JSON.
 pub fn schema_digest() -> String {

@@ -18,10 +18,13 @@ use crate::{
 };
 
 /// How long after applying a Deployment the status waits for the Deployment controller to
-/// observe it before reporting `Pending`. The controller usually answers within milliseconds,
-/// and its answer triggers the next reconcile; a `Pending` written in between would be
-/// overwritten at once, so waiting saves one status write per change.
-pub const PENDING_GRACE: Duration = Duration::from_secs(3);
+/// observe it before reporting what is known without it: `Pending` for a new app,
+/// `Progressing` for a change. The controller usually answers within milliseconds, and its
+/// answer triggers the next reconcile; a status written in between would be overwritten at
+/// once, so waiting saves one status write per change. Under a second, so that a new app's
+/// PHASE is never blank, and an edited app's never stale, for longer than that: a rollout
+/// whose controller stays silent longer costs that one status write.
+pub const PENDING_GRACE: Duration = Duration::from_millis(500);
 
 /// What a reconcile knows besides the MyApp itself.
 #[derive(Clone, Debug, Default)]
@@ -219,9 +222,13 @@ fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Op
         .flatten()
 }
 
+/// An Event when the app reaches a settled phase (`Running`, `Degraded`) or leaves one. The
+/// way of a new app to its first settled phase is not news, its outcome is: a create
+/// publishes one Event however many phases it passes.
 fn phase_event(before: Option<Phase>, status: &MyAppStatus) -> Option<PhaseEvent> {
     let after = status.phase?;
-    if before == Some(after) {
+    let settled = |phase: Option<Phase>| matches!(phase, Some(Phase::Running | Phase::Degraded));
+    if before == Some(after) || !(settled(before) || settled(Some(after))) {
         return None;
     }
     Some(PhaseEvent {
@@ -269,8 +276,30 @@ mod tests {
         cache::cached(&resources::service(app))
     }
 
+    /// The same after an edit to generation 2, which its controller has not picked up yet.
+    fn not_picked_up(app: &MyApp) -> CachedDeployment {
+        let mut deployment = rolled_out(app);
+        deployment.metadata.generation = Some(2);
+        deployment
+    }
+
+    /// The same with its controller's first answer: nothing updated or available yet.
+    fn starting(app: &MyApp) -> CachedDeployment {
+        let mut deployment = rolled_out(app);
+        deployment.status = Some(SlimDeploymentStatus {
+            observed_generation: Some(1),
+            ..SlimDeploymentStatus::default()
+        });
+        deployment
+    }
+
     fn running(app: &MyApp) -> MyAppStatus {
         let deployment = rolled_out(app);
+        status::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
+    }
+
+    fn pending_status(app: &MyApp) -> MyAppStatus {
+        let deployment = unobserved(app);
         status::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
     }
 
@@ -293,7 +322,7 @@ mod tests {
             parts.push(format!("event {}", event.reason));
         }
         if let Some(recheck) = plan.recheck {
-            parts.push(format!("recheck {}s", recheck.as_secs()));
+            parts.push(format!("recheck {}ms", recheck.as_millis()));
         }
         if parts.is_empty() {
             "nothing".into()
@@ -313,12 +342,22 @@ mod tests {
         let observed_replicas = rolled_out(&steady);
         let just_applied = resources::deployment(&app);
         let deleted = app.clone().deleted();
+        let reported_pending = app.clone().status(pending_status(&app));
+        let starting = starting(&app);
+        let edited = steady
+            .clone()
+            .image("ghcr.io/example/web:1.5.0")
+            .generation(2);
+        let edit_unseen = not_picked_up(&edited);
+        let mut edit_done = rolled_out(&edited);
+        edit_done.metadata.generation = Some(2);
+        edit_done.status.as_mut().unwrap().observed_generation = Some(2);
         let cases: Vec<(&str, &MyApp, Observed<'_>, &str)> = vec![
             (
                 "a new MyApp gets both children, and its status waits for their watch events",
                 &app,
                 Observed::default(),
-                "apply Deployment, apply Service, recheck 3s",
+                "apply Deployment, apply Service, recheck 500ms",
             ),
             (
                 "our applies the caches have not seen are not repeated",
@@ -328,7 +367,7 @@ mod tests {
                     unseen_service: Some(digest(&resources::service(&app))),
                     ..Observed::default()
                 },
-                "recheck 3s",
+                "recheck 500ms",
             ),
             (
                 "a rolled-out Deployment is reported Running, once",
@@ -367,13 +406,13 @@ mod tests {
                 Observed {
                     deployment: Some(&pending),
                     service: Some(&svc),
-                    awaiting_rollout: Some(Duration::from_secs(1)),
+                    awaiting_rollout: Some(Duration::from_millis(200)),
                     ..Observed::default()
                 },
-                "recheck 2s",
+                "recheck 300ms",
             ),
             (
-                "past the grace it is reported Pending",
+                "past the grace a new app is reported Pending, without an Event",
                 &app,
                 Observed {
                     deployment: Some(&pending),
@@ -381,7 +420,70 @@ mod tests {
                     awaiting_rollout: Some(PENDING_GRACE),
                     ..Observed::default()
                 },
-                "status Pending, event RolloutPending",
+                "status Pending",
+            ),
+            (
+                "the Pending written is not written again while its controller stays silent",
+                &reported_pending,
+                Observed {
+                    deployment: Some(&pending),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "nothing",
+            ),
+            (
+                "its controller's answer after the Pending: Running, the create's one Event",
+                &reported_pending,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "status Running, event RolloutComplete",
+            ),
+            (
+                "a rollout under way after the Pending is no Event either",
+                &reported_pending,
+                Observed {
+                    deployment: Some(&starting),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "status Progressing",
+            ),
+            (
+                "an edit its controller has not picked up waits out the grace",
+                &edited,
+                Observed {
+                    deployment: Some(&edit_unseen),
+                    service: Some(&svc),
+                    awaiting_rollout: Some(Duration::from_millis(100)),
+                    ..Observed::default()
+                },
+                "recheck 400ms",
+            ),
+            (
+                "past the grace the edit is reported Progressing: the app left Running",
+                &edited,
+                Observed {
+                    deployment: Some(&edit_unseen),
+                    service: Some(&svc),
+                    awaiting_rollout: Some(PENDING_GRACE),
+                    ..Observed::default()
+                },
+                "status Progressing, event RollingOut",
+            ),
+            (
+                "an edit rolled out before the grace ended goes straight back to Running",
+                &edited,
+                Observed {
+                    deployment: Some(&edit_done),
+                    service: Some(&svc),
+                    awaiting_rollout: Some(Duration::from_millis(100)),
+                    ..Observed::default()
+                },
+                "status Running",
             ),
             (
                 "a spec that stops setting replicas hands the count over first",
@@ -391,7 +493,7 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "hand over 2, apply Deployment, recheck 3s",
+                "hand over 2, apply Deployment, recheck 500ms",
             ),
             (
                 "a MyApp being deleted is left to the garbage collector",
@@ -419,12 +521,12 @@ mod tests {
         let edited = app.clone().image("ghcr.io/example/web:1.5.0").generation(2);
         assert_eq!(
             summary(&plan(&edited, &observed, NOW)),
-            "apply Deployment, recheck 3s"
+            "apply Deployment, recheck 500ms"
         );
         let edited = app.clone().port(9090).generation(2);
         assert_eq!(
             summary(&plan(&edited, &observed, NOW)),
-            "apply Deployment, apply Service, recheck 3s"
+            "apply Deployment, apply Service, recheck 500ms"
         );
     }
 

@@ -74,17 +74,24 @@ impl Rollout {
 }
 
 /// The phase, derived in this order:
-/// - `Pending`: no Deployment observed yet, or its controller has not yet observed its current
-///   generation (nothing is known about the current spec). The controller reports it only
-///   once that has lasted the pending grace (`plan::PENDING_GRACE`) after its apply;
+/// - `Pending`: no Deployment observed yet, or its controller has never reported on it (a new
+///   app: nothing runs yet);
+/// - `Progressing`: its controller has reported on an older generation only: a change is
+///   rolling out while the old spec still runs.
+///
+/// The controller reports these two only once they have lasted the pending grace
+/// (`plan::PENDING_GRACE`) after its apply. Then, for the current generation:
 /// - `Degraded`: the rollout failed (`Progressing=False`, `ProgressDeadlineExceeded`), or the
 ///   Deployment has reported `Available=False` for longer than [`DEGRADED_AFTER`];
 /// - `Running`: every desired replica is updated and available, and no old ones remain;
 /// - `Progressing`: anything else (rolling out, scaling).
 pub fn phase(rollout: Option<&Rollout>, now: Timestamp) -> Phase {
-    let Some(r) = rollout.filter(|r| r.is_current()) else {
+    let Some(r) = rollout.filter(|r| r.observed_generation.is_some()) else {
         return Phase::Pending;
     };
+    if !r.is_current() {
+        return Phase::Progressing;
+    }
     let unavailable_too_long = r.unavailable_since.is_some_and(|since| {
         now.duration_since(since).as_secs() >= DEGRADED_AFTER.as_secs() as i64
     });
@@ -125,11 +132,20 @@ pub fn status(app: &MyApp, rollout: Option<&Rollout>, now: Timestamp) -> MyAppSt
             ),
             ("False", "AsExpected", availability.clone()),
         ),
-        Phase::Progressing => (
-            ("False", "RollingOut", availability.clone()),
-            ("True", "RollingOut", availability.clone()),
-            ("False", "AsExpected", availability.clone()),
-        ),
+        Phase::Progressing => {
+            // A change its controller has not picked up yet: say so, the counts are the old
+            // spec's.
+            let message = if rollout.is_some_and(Rollout::is_current) {
+                availability.clone()
+            } else {
+                format!("waiting for the Deployment to observe the current spec; {availability}")
+            };
+            (
+                ("False", "RollingOut", message.clone()),
+                ("True", "RollingOut", message),
+                ("False", "AsExpected", availability.clone()),
+            )
+        }
         Phase::Running => (
             ("True", "Available", availability.clone()),
             ("False", "RolloutComplete", availability.clone()),
@@ -225,11 +241,29 @@ mod tests {
     fn phase_follows_the_rollout() {
         let now = at(10_000);
         assert_eq!(phase(None, now), Phase::Pending);
+        let never_observed = Rollout {
+            observed_generation: None,
+            ..rollout(3, 0, 0)
+        };
+        assert_eq!(phase(Some(&never_observed), now), Phase::Pending);
         let stale = Rollout {
             observed_generation: Some(3),
             ..rollout(3, 3, 3)
         };
-        assert_eq!(phase(Some(&stale), now), Phase::Pending);
+        assert_eq!(
+            phase(Some(&stale), now),
+            Phase::Progressing,
+            "a change its controller has not picked up yet, the old spec still running"
+        );
+        let stale_failed = Rollout {
+            deadline_exceeded: true,
+            ..stale.clone()
+        };
+        assert_eq!(
+            phase(Some(&stale_failed), now),
+            Phase::Progressing,
+            "a change rolls out over a failed rollout"
+        );
         assert_eq!(phase(Some(&rollout(3, 3, 3)), now), Phase::Running);
         assert_eq!(phase(Some(&rollout(3, 1, 2)), now), Phase::Progressing);
         let surplus = Rollout {
@@ -320,6 +354,38 @@ mod tests {
             s.conditions
                 .iter()
                 .all(|c| c.observed_generation == Some(2))
+        );
+    }
+
+    #[test]
+    fn a_change_not_yet_picked_up_is_progressing_with_the_old_counts() {
+        let stale = Rollout {
+            generation: Some(5),
+            ..rollout(3, 3, 3)
+        };
+        let s = status(&app(), Some(&stale), at(0));
+        assert_eq!(s.phase, Some(Phase::Progressing));
+        assert_eq!((s.replicas, s.available_replicas), (Some(3), Some(3)));
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                ready.message.as_str()
+            ),
+            (
+                "False",
+                "RollingOut",
+                "waiting for the Deployment to observe the current spec; 3/3 replicas available"
+            )
+        );
+        let new = Rollout {
+            observed_generation: None,
+            ..stale
+        };
+        assert_eq!(
+            status(&app(), Some(&new), at(0)).phase,
+            Some(Phase::Pending)
         );
     }
 

@@ -232,6 +232,204 @@ fn image() -> impl Strategy<Value = String> {
     ]
 }
 
+// === Image references from the reference grammar ===
+
+/// What a registry host can be: DNS names (upper-case included, which makes the first component
+/// a host), `localhost`, IPv6 literals (valid ones, full and compressed, and hex-and-colon
+/// strings that are not addresses), and near misses of each.
+fn host() -> impl Strategy<Value = String> {
+    let ipv6 = prop_oneof![
+        any::<[u16; 8]>().prop_map(|a| std::net::Ipv6Addr::from(a).to_string()),
+        any::<[u16; 8]>().prop_map(|a| a.map(|x| format!("{x:X}")).join(":")),
+        Just("::1".to_owned()),
+        Just("::".to_owned()),
+        "[0-9a-fA-F:]{1,10}",
+        Just("::ffff:1.2.3.4".to_owned()),
+    ];
+    prop_oneof![
+        Just("localhost".to_owned()),
+        "[a-z0-9]{1,3}([.][a-z0-9]{1,3}){0,2}",
+        "[a-zA-Z0-9][a-zA-Z0-9-]{0,3}([.][a-zA-Z0-9-]{1,4}){0,2}",
+        "[a-zA-Z0-9_.-]{1,6}",
+        ipv6.clone().prop_map(|a| format!("[{a}]")),
+        ipv6.prop_map(|a| format!("[{a}")),
+        "[\\[][0-9a-fA-Fg:.]{0,6}[\\]]",
+    ]
+}
+
+/// A path component: as the grammar has it, or of its alphabet with upper case and edge
+/// separators.
+fn component() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "[a-z0-9]{1,4}(([._]|__|-{1,3})[a-z0-9]{1,4}){0,2}",
+        1 => "[a-zA-Z0-9._-]{0,5}",
+    ]
+}
+
+/// An algorithm's digest, right or wrong by a little.
+fn digest() -> impl Strategy<Value = String> {
+    let hex = |len: std::ops::RangeInclusive<usize>| {
+        prop::collection::vec(prop::sample::select(b"0123456789abcdef".to_vec()), len)
+            .prop_map(|b| String::from_utf8(b).unwrap())
+    };
+    prop_oneof![
+        hex(63..=65).prop_map(|h| format!("sha256:{h}")),
+        hex(64..=64).prop_map(|h| format!("sha256:{}", h.to_uppercase())),
+        hex(127..=129).prop_map(|h| format!("sha512:{h}")),
+        hex(96..=96).prop_map(|h| format!("sha384:{h}")),
+        (
+            "[a-z0-9]{1,6}([+._-][a-z0-9]{1,4})?",
+            "[a-zA-Z0-9=_-]{30,34}"
+        )
+            .prop_map(|(algorithm, encoded)| format!("{algorithm}:{encoded}")),
+        "[a-zA-Z0-9+._:-]{0,12}",
+    ]
+}
+
+/// `[host[:port]/]path[:tag][@digest]`, each part from the grammar or just off it, and
+/// references at the length limits (a 255-character name, 512 characters in all).
+fn reference() -> impl Strategy<Value = String> {
+    let port = prop_oneof!["[0-9]{1,5}", Just(String::new()), "[a-z0-9]{1,3}"];
+    let tag = prop_oneof![
+        4 => "[a-zA-Z0-9_][a-zA-Z0-9._-]{0,10}",
+        1 => "[a-zA-Z0-9._-]{0,4}",
+        1 => (126usize..=129).prop_map(|n| "t".repeat(n)),
+    ];
+    let parts = (
+        prop::option::of((host(), prop::option::of(port))),
+        prop::collection::vec(component(), 1..4),
+        prop::option::of(tag),
+        prop::option::of(digest()),
+    )
+        .prop_map(|(host, path, tag, digest)| {
+            let mut image = String::new();
+            if let Some((host, port)) = host {
+                image.push_str(&host);
+                if let Some(port) = port {
+                    image = format!("{image}:{port}");
+                }
+                image.push('/');
+            }
+            image.push_str(&path.join("/"));
+            if let Some(tag) = tag {
+                image = format!("{image}:{tag}");
+            }
+            if let Some(digest) = digest {
+                image = format!("{image}@{digest}");
+            }
+            image
+        });
+    let long = (
+        245usize..=260,
+        prop::option::of(100usize..=128),
+        any::<bool>(),
+    )
+        .prop_map(|(name, tag, digest)| {
+            let mut image = format!("r.io/{}", "a".repeat(name - 5));
+            if let Some(tag) = tag {
+                image = format!("{image}:{}", "t".repeat(tag));
+            }
+            if digest {
+                image = format!("{image}@sha512:{}", "0".repeat(128));
+            }
+            image
+        });
+    prop_oneof![8 => parts, 1 => long]
+}
+
+/// Why the webhook may refuse what the schema admits: its own rules, as the table in the
+/// module documentation of `src/admission.rs` lists them.
+const WEBHOOK_ONLY: &[&str] = &[
+    "the repository name may be at most 255 characters",
+    "sha256 needs 64 and sha512 128 lower-case hex digits",
+    "is not an IPv6 address",
+];
+
+/// The schema's and its CEL rule's verdict on `image`, then the webhook's: the messages about
+/// `spec.image`, none when admitted.
+fn verdicts(image: &str) -> (Vec<String>, Vec<String>) {
+    let object = json!({
+        "apiVersion": "example.com/v1",
+        "kind": "MyApp",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"image": image, "port": 8080},
+    });
+    let schema = schema()
+        .validate(&object, None)
+        .into_iter()
+        .filter(|e| e.field == "spec.image")
+        .map(|e| e.message)
+        .collect();
+    let spec = MyAppSpec {
+        replicas: None,
+        image: image.to_owned(),
+        port: 8080,
+        env: Vec::new(),
+    };
+    let webhook = admission::validate(&spec, None, &Limits::default())
+        .violations
+        .into_iter()
+        .filter(|v| v.field == "spec.image")
+        .map(|v| v.message)
+        .collect();
+    (schema, webhook)
+}
+
+/// Whether the two verdicts agree: both admit, both refuse, or only the webhook refuses, for
+/// one of its own rules.
+fn agree(image: &str) -> Result<(), String> {
+    match verdicts(image) {
+        (schema, webhook) if schema.is_empty() == webhook.is_empty() => Ok(()),
+        (schema, _) if !schema.is_empty() => Err(format!(
+            "{image:?}: the schema refuses ({schema:?}) what the webhook admits"
+        )),
+        (_, webhook)
+            if webhook
+                .iter()
+                .all(|m| WEBHOOK_ONLY.iter().any(|r| m.contains(r))) =>
+        {
+            Ok(())
+        }
+        (_, webhook) => Err(format!(
+            "{image:?}: the webhook refuses ({webhook:?}) what the schema admits, for a rule \
+             the schema has too"
+        )),
+    }
+}
+
+#[test]
+fn the_schema_and_the_webhook_agree_on_these_image_references() {
+    let digest = "0123456789abcdef".repeat(4);
+    for (image, schema_admits, webhook_admits) in [
+        ("[::1]:5000/app:1", true, true),
+        ("[2001:db8::5]/team/app@sha256:", false, false),
+        ("[2001:DB8::5]:443/team/app", true, true),
+        ("[:]/app", true, false),
+        ("[::ffff:1.2.3.4]/app", false, false),
+        ("[ab]/app", false, false),
+        ("[::1]", false, false),
+        ("a.b_c/app", false, false),
+        ("a_b/app", true, true),
+        ("Registry/app", true, true),
+        ("Reg_istry/app", false, false),
+        ("localhost:5000/app", true, true),
+        (&format!("app@sha256:{digest}"), true, true),
+        (
+            &format!("app@sha256:{}", digest.to_uppercase()),
+            true,
+            false,
+        ),
+        (&format!("app@sha384:{digest}"), true, true),
+        (&format!("r.io/{}", "a".repeat(250)), true, true),
+        (&format!("r.io/{}", "a".repeat(251)), true, false),
+    ] {
+        let (schema, webhook) = verdicts(image);
+        assert_eq!(schema.is_empty(), schema_admits, "{image}: {schema:?}");
+        assert_eq!(webhook.is_empty(), webhook_admits, "{image}: {webhook:?}");
+        agree(image).unwrap();
+    }
+}
+
 fn env_name() -> impl Strategy<Value = String> {
     prop_oneof![
         "[A-Z_][A-Z0-9_]{0,6}",
@@ -299,6 +497,17 @@ fn myapp() -> impl Strategy<Value = Value> {
                 "spec": spec,
             })
         })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// The CRD's image rule, evaluated by the sandbox's CEL interpreter, and the webhook's image
+    /// grammar admit the same references; the webhook refuses more only for its own rules.
+    #[test]
+    fn the_schema_and_the_webhook_admit_the_same_image_references(image in reference()) {
+        prop_assert_eq!(agree(&image), Ok(()));
+    }
 }
 
 proptest! {

@@ -303,6 +303,9 @@ fn cel_image_rule_accepts_references_and_rejects_others() {
         "registry.example.com:443/a/b/c:tag_1.0-x",
         "app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         "quay.io/org/app:v2@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "[::1]:5000/app:1",
+        "[2001:db8::5]/team/app",
+        "a_b/c",
     ];
     for image in good {
         assert_eq!(
@@ -322,6 +325,10 @@ fn cel_image_rule_accepts_references_and_rejects_others() {
         "host:port/app",
         "a//b",
         "team/UPPER:1",
+        "a.b_c/app",
+        "[ab]/app",
+        "[::1]5000/app",
+        "[::1]",
     ];
     for image in bad {
         let errors = admit(myapp(json!({"image": image, "port": 80})));

@@ -168,8 +168,9 @@ async fn a_myapp_gets_owned_children_with_injected_defaults_and_a_running_status
         .unwrap();
     assert_eq!(service.owner_references()[0].uid, running.uid().unwrap());
     assert_eq!(service.spec.unwrap().ports.unwrap()[0].port, 8080);
-    // A create costs three writes: the status waits for the Deployment controller's answer
-    // instead of reporting Pending first. (The environment's install writes come first.)
+    // A create whose rollout ends within the pending grace costs three writes: the status
+    // waits for the Deployment controller's answer instead of reporting Pending first (a
+    // slower one costs a fourth, see phase.rs). (The environment's install writes come first.)
     let operator_writes: Vec<(String, Option<String>)> = writes(&env)
         .into_iter()
         .filter(|r| r.field_manager.as_deref() == Some(FIELD_MANAGER))
