@@ -367,11 +367,18 @@ impl Served {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        // Watches would otherwise keep the graceful shutdown waiting for their timeout.
-        self.sandbox.faults().close_watches();
-        match self.task.take() {
-            Some(task) => task.await.map_err(Error::Join)?,
-            None => Ok(()),
+        let Some(mut task) = self.task.take() else {
+            return Ok(());
+        };
+        // Watches would otherwise keep the graceful shutdown waiting for their timeout (290 s
+        // for kube's watcher). A client whose watch ends asks again at once, on a connection
+        // the server has not closed yet: end those too, until the server has stopped.
+        loop {
+            self.sandbox.faults().close_watches();
+            tokio::select! {
+                joined = &mut task => return joined.map_err(Error::Join)?,
+                () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+            }
         }
     }
 }

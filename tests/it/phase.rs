@@ -18,7 +18,7 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::watcher,
+    runtime::{WatchStreamExt as _, watcher},
 };
 use kube_sandbox::RequestRecord;
 use myapp_operator::{
@@ -27,6 +27,7 @@ use myapp_operator::{
     run,
 };
 use serde_json::json;
+use tokio_util::task::AbortOnDropHandle;
 
 const NS: &str = "default";
 
@@ -48,13 +49,20 @@ async fn operator_client(env: &Environment) -> Client {
 }
 
 /// Records every change of `name`'s (phase, observedGeneration) a watch delivers, from the
-/// watch's first list on; resolves once that list is done.
-async fn record_phases(apps: Api<MyApp>, name: &'static str) -> Arc<Mutex<Vec<Seen>>> {
+/// watch's first list on; resolves once that list is done. The watch stops when the handle is
+/// dropped: once the test's API server is gone it would only fail, and a task that never
+/// waits holds the test's runtime from shutting down.
+async fn record_phases(
+    apps: Api<MyApp>,
+    name: &'static str,
+) -> (Arc<Mutex<Vec<Seen>>>, AbortOnDropHandle<()>) {
     let seen = Arc::new(Mutex::new(Vec::<Seen>::new()));
     let (listed, mut is_listed) = tokio::sync::watch::channel(false);
     let record = seen.clone();
-    tokio::spawn(async move {
-        let mut events = watcher(apps, watcher::Config::default()).boxed();
+    let task = tokio::spawn(async move {
+        let mut events = watcher(apps, watcher::Config::default())
+            .default_backoff()
+            .boxed();
         while let Some(event) = events.next().await {
             let app = match event {
                 Ok(watcher::Event::Apply(app) | watcher::Event::InitApply(app)) => app,
@@ -79,7 +87,7 @@ async fn record_phases(apps: Api<MyApp>, name: &'static str) -> Arc<Mutex<Vec<Se
         }
     });
     is_listed.wait_for(|done| *done).await.unwrap();
-    seen
+    (seen, AbortOnDropHandle::new(task))
 }
 
 async fn saw(seen: &Mutex<Vec<Seen>>, phase: Phase, generation: i64) {
@@ -172,7 +180,7 @@ async fn the_phase_is_reported_while_a_slow_rollout_runs_on_create_and_on_edit()
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);
     let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
     let events = Api::<Event>::namespaced(client.clone(), NS);
-    let seen = record_phases(apps.clone(), "web").await;
+    let (seen, _recording) = record_phases(apps.clone(), "web").await;
     let operator = Operator::start(
         operator_client(&env).await,
         "solo",

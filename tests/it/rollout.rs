@@ -456,10 +456,18 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
         }
         assert!(
             pod.ready_after.is_some_and(|t| t <= READY_WITHIN),
-            "{} was not Ready within {READY_WITHIN:?}",
-            pod.name
+            "{} was not Ready within {READY_WITHIN:?} ({} restarts); its log ends:\n{}",
+            pod.name,
+            pod.restarts,
+            pod.log_tail(20)
         );
-        assert_eq!(pod.restarts, 0, "{} was restarted", pod.name);
+        assert_eq!(
+            pod.restarts,
+            0,
+            "{} was restarted; its log ends:\n{}",
+            pod.name,
+            pod.log_tail(20)
+        );
         assert_eq!(
             pod.liveness_kills, 0,
             "{} failed its liveness probe",

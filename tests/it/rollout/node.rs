@@ -110,6 +110,8 @@ pub(crate) struct Pod {
     /// Its own bound token of the ServiceAccount (`replica-N`), inside a kubeconfig.
     pub(crate) token: String,
     kubeconfig: PathBuf,
+    /// Its containers' stderr, every restart appended, for a failure to quote.
+    log: PathBuf,
     template: PodTemplateSpec,
     process: Option<Reap>,
     pub(crate) started: Instant,
@@ -157,6 +159,13 @@ impl Pod {
             &container,
         );
         (SocketAddr::new(IpAddr::V4(self.ip), probe.port), probe.path)
+    }
+
+    /// The last `lines` lines its containers wrote to stderr.
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     pub(crate) fn gone(&self) -> bool {
@@ -482,8 +491,10 @@ impl Node {
             *next
         };
         let (kubeconfig, token) = self.cluster.next_replica_kubeconfig();
+        let name = format!("{}-{hash}-{n}", self.deployment);
         let mut pod = Pod {
-            name: format!("{}-{hash}-{n}", self.deployment),
+            log: self.cluster.dir().join(format!("{name}.log")),
+            name,
             hash,
             ip: Ipv4Addr::new(127, 0, 1, n),
             token,
@@ -540,7 +551,13 @@ impl Node {
             .env("KUBECONFIG", &pod.kubeconfig)
             .args(container.args.iter().flatten())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&pod.log)
+                    .expect("open the pod's log"),
+            );
         for var in container.env.iter().flatten() {
             let value = match (&var.value, &var.value_from) {
                 (Some(value), _) => value.clone(),
