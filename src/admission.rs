@@ -28,13 +28,22 @@
 //! user's entries, never overriding a name the user set, and never beyond the env-count limit.
 //! It adds nothing else: an absent `spec.replicas` means "scaled by someone else" and stays
 //! absent. Running it on its own output changes nothing.
+//!
+//! The routes read no more than the rules judge, so a review at the body limit costs about the
+//! body: the validating route reads the name and the spec with `spec.env` bounded
+//! ([`ReviewedSpec`]: the first [`MAX_ENV`] entries kept, the rest only counted for the
+//! denial), the mutating route reads `spec.env` alone and stops at entry `MAX_ENV + 1`
+//! (admitting that object unchanged), and the scale route reads `spec.replicas` alone.
 
 use std::sync::Arc;
 
 use axum::Router;
-use k8s_openapi::api::autoscaling::v1::Scale;
-use serde::{Deserialize, Serialize};
-use webhook::{Context, Verdict, Violation};
+use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec};
+use serde::{Deserialize, Deserializer, Serialize};
+use webhook::{
+    Context, Verdict, Violation,
+    review::{Bounded, at_most, quoted},
+};
 
 use crate::crd::{
     EnvVar, MAX_ENV, MAX_ENV_NAME_LEN, MAX_ENV_VALUE_LEN, MAX_IMAGE_LEN, MAX_REPLICAS, MyAppSpec,
@@ -121,14 +130,23 @@ pub fn parse_default_env(text: &str) -> Result<EnvVar, String> {
 /// `old` is the stored spec on UPDATE; see the module documentation for the one rule that uses
 /// it.
 pub fn validate(new: &MyAppSpec, old: Option<&MyAppSpec>, limits: &Limits) -> Verdict {
-    let mut verdict = Verdict::default();
-    replicas(
-        new.replicas,
+    judge(
+        &ReviewedSpec {
+            replicas: new.replicas,
+            image: new.image.clone(),
+            port: new.port,
+            env: new.env.clone().into(),
+        },
         old.and_then(|o| o.replicas),
         limits,
-        &mut verdict,
-    );
-    port(new, &mut verdict);
+    )
+}
+
+/// [`validate`] over the spec as the validating route reads it.
+fn judge(new: &ReviewedSpec, old_replicas: Option<i32>, limits: &Limits) -> Verdict {
+    let mut verdict = Verdict::default();
+    replicas(new.replicas, old_replicas, limits, &mut verdict);
+    port(new.port, &mut verdict);
     image(&new.image, &mut verdict);
     env(&new.env, &mut verdict);
     verdict
@@ -142,7 +160,7 @@ pub fn validate_name(name: &str) -> Option<Violation> {
     if name.len() > 63 {
         return Some(Violation::invalid(
             "metadata.name",
-            format!("{name:?}"),
+            quoted(name),
             "must be no more than 63 characters",
         ));
     }
@@ -154,7 +172,7 @@ pub fn validate_name(name: &str) -> Option<Violation> {
         && bytes
             .iter()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    (!ok).then(|| Violation::invalid("metadata.name", format!("{name:?}"), DETAIL))
+    (!ok).then(|| Violation::invalid("metadata.name", quoted(name), DETAIL))
 }
 
 fn replicas(new: Option<i32>, old: Option<i32>, limits: &Limits, verdict: &mut Verdict) {
@@ -197,11 +215,11 @@ fn replicas(new: Option<i32>, old: Option<i32>, limits: &Limits, verdict: &mut V
     }
 }
 
-fn port(new: &MyAppSpec, verdict: &mut Verdict) {
-    if !(1..=65535).contains(&new.port) {
+fn port(port: i32, verdict: &mut Verdict) {
+    if !(1..=65535).contains(&port) {
         verdict.violations.push(Violation::invalid(
             "spec.port",
-            new.port,
+            port,
             "must be between 1 and 65535, inclusive",
         ));
     }
@@ -225,7 +243,7 @@ fn image(image: &str, verdict: &mut Verdict) {
         Err(detail) => {
             verdict
                 .violations
-                .push(Violation::invalid(FIELD, format!("{image:?}"), &detail));
+                .push(Violation::invalid(FIELD, quoted(image), &detail));
         }
         Ok(reference) => match (reference.tag, reference.digest) {
             (None, None) => verdict.warnings.push(
@@ -239,15 +257,16 @@ fn image(image: &str, verdict: &mut Verdict) {
     }
 }
 
-fn env(env: &[EnvVar], verdict: &mut Verdict) {
-    if env.len() > MAX_ENV {
-        // Refused before any per-entry work: a body at the size limit holds some 100,000
+fn env(env: &Bounded<EnvVar, MAX_ENV>, verdict: &mut Verdict) {
+    let Some(env) = env.whole() else {
+        // Refused before any per-entry work: a body at the size limit holds some 230,000
         // entries, and checking each (duplicates above all) froze the server for a minute.
+        // Reading them was most of the cost too, so only MAX_ENV of them were read.
         verdict
             .violations
             .push(Violation::too_many("spec.env", env.len(), MAX_ENV));
         return;
-    }
+    };
     for (i, var) in env.iter().enumerate() {
         let field = format!("spec.env[{i}].name");
         if var.name.is_empty() {
@@ -259,15 +278,14 @@ fn env(env: &[EnvVar], verdict: &mut Verdict) {
                 .violations
                 .push(Violation::too_long(field, MAX_ENV_NAME_LEN));
         } else if let Some(problem) = env_name_problem(&var.name) {
-            verdict.violations.push(Violation::invalid(
-                field,
-                format!("{:?}", var.name),
-                problem,
-            ));
-        } else if env[..i].iter().any(|earlier| earlier.name == var.name) {
             verdict
                 .violations
-                .push(Violation::duplicate(field, format!("{:?}", var.name)));
+                .push(Violation::invalid(field, quoted(&var.name), problem));
+        } else if env[..i].iter().any(|earlier| earlier.name == var.name) {
+            // Quadratic, but in at most MAX_ENV entries.
+            verdict
+                .violations
+                .push(Violation::duplicate(field, quoted(&var.name)));
         }
         if var.value.len() > MAX_ENV_VALUE_LEN {
             verdict.violations.push(Violation::too_long(
@@ -532,12 +550,17 @@ fn check_digest(digest: &str) -> Result<(), String> {
 /// Adds every configured env default whose name the spec does not set, after the user's
 /// entries, stopping at the env-count limit. Idempotent.
 pub fn default(spec: &mut MyAppSpec, defaults: &[EnvVar]) {
+    default_env(&mut spec.env, defaults);
+}
+
+/// [`default`] on the env list alone, which is all the mutating route reads.
+fn default_env(env: &mut Vec<EnvVar>, defaults: &[EnvVar]) {
     for default in defaults {
-        if spec.env.len() >= MAX_ENV {
+        if env.len() >= MAX_ENV {
             break;
         }
-        if !spec.env.iter().any(|var| var.name == default.name) {
-            spec.env.push(default.clone());
+        if !env.iter().any(|var| var.name == default.name) {
+            env.push(default.clone());
         }
     }
 }
@@ -553,7 +576,25 @@ pub struct Reviewed {
     #[serde(default)]
     pub metadata: NameOnly,
     /// The spec.
-    pub spec: MyAppSpec,
+    pub spec: ReviewedSpec,
+}
+
+/// A [`MyAppSpec`] as the validating route reads it: the env list bounded by its limit, so a
+/// request with 200,000 entries costs [`MAX_ENV`] of them (the rest are counted, for the
+/// denial). The same fields as `MyAppSpec` (a test keeps them so).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewedSpec {
+    /// `spec.replicas`.
+    #[serde(default)]
+    pub replicas: Option<i32>,
+    /// `spec.image`.
+    pub image: String,
+    /// `spec.port`.
+    pub port: i32,
+    /// `spec.env`, at most [`MAX_ENV`] entries kept.
+    #[serde(default)]
+    pub env: Bounded<EnvVar, MAX_ENV>,
 }
 
 /// The name of an object (empty on CREATE with `generateName`).
@@ -564,11 +605,38 @@ pub struct NameOnly {
     pub name: String,
 }
 
-/// What the mutating route edits: the spec alone, so the patch can only touch `/spec`.
+/// What the mutating route edits: `spec.env` alone, so the patch can only touch it, and a body
+/// at the size limit costs no more than the list's limit to read. An object whose env list is
+/// over the limit (or does not parse) is admitted unchanged; the validating route denies it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Defaulted {
     /// The spec.
-    pub spec: MyAppSpec,
+    pub spec: DefaultedSpec,
+}
+
+/// The part of the spec the mutating route edits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DefaultedSpec {
+    /// `spec.env`, refused past [`MAX_ENV`] entries.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "env_within_limit"
+    )]
+    pub env: Vec<EnvVar>,
+}
+
+fn env_within_limit<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<EnvVar>, D::Error> {
+    at_most(deserializer, MAX_ENV)
+}
+
+/// What the scale route reads of a `Scale`: `spec.replicas` (metadata, which a sender can fill
+/// with megabytes of labels, is skipped).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ScaleReviewed {
+    /// The spec.
+    #[serde(default)]
+    pub spec: Option<ScaleSpec>,
 }
 
 /// The validating rule as the route runs it: [`validate`] plus [`validate_name`].
@@ -578,7 +646,7 @@ pub fn review(
     context: &Context<'_>,
     limits: &Limits,
 ) -> Verdict {
-    let mut verdict = validate(&new.spec, old.map(|o| &o.spec), limits);
+    let mut verdict = judge(&new.spec, old.and_then(|o| o.spec.replicas), limits);
     // With generateName the name is not known yet; the schema's CEL rule checks the generated
     // one when the object is stored.
     let name = if new.metadata.name.is_empty() {
@@ -623,14 +691,20 @@ pub fn router(config: AdmissionConfig) -> Router {
         )
         .route(
             SCALE_PATH,
-            webhook::validating(move |new: &Scale, old: Option<&Scale>, _context| {
-                validate_scale(new, old, &limits)
-            }),
+            webhook::validating(
+                move |new: &ScaleReviewed, old: Option<&ScaleReviewed>, _context| {
+                    let scale = |read: &ScaleReviewed| Scale {
+                        spec: read.spec.clone(),
+                        ..Scale::default()
+                    };
+                    validate_scale(&scale(new), old.map(scale).as_ref(), &limits)
+                },
+            ),
         )
         .route(
             MUTATE_PATH,
             webhook::mutating(move |object: &mut Defaulted, _context| {
-                default(&mut object.spec, &defaults);
+                default_env(&mut object.spec.env, &defaults);
             }),
         )
 }
@@ -836,6 +910,75 @@ mod tests {
         for bad in ["1web", "web-", "Web", "w.eb", &"a".repeat(64)] {
             assert!(validate_name(bad).is_some(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_over_long_name_is_echoed_cut_with_its_length() {
+        let violation = validate_name(&"n".repeat(100_000)).unwrap();
+        assert!(
+            violation
+                .message
+                .contains("…\" (100000 bytes): must be no more than 63"),
+            "{}",
+            violation.message
+        );
+        assert!(violation.message.len() < 400, "{}", violation.message);
+    }
+
+    fn env_json(count: usize) -> String {
+        let entries: Vec<String> = (0..count)
+            .map(|i| format!(r#"{{"name":"E{i}","value":"x"}}"#))
+            .collect();
+        format!("[{}]", entries.join(","))
+    }
+
+    #[test]
+    fn the_validating_route_keeps_at_most_the_env_limit_and_denies_with_the_count() {
+        let json = format!(
+            r#"{{"metadata":{{"name":"web"}},"spec":{{"image":"app:1","port":0,"env":{}}}}}"#,
+            env_json(100_000)
+        );
+        let read: Reviewed = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.spec.env.len(), 100_000);
+        assert_eq!(read.spec.env.kept().len(), MAX_ENV, "never more held");
+        let verdict = judge(&read.spec, None, &Limits::default());
+        // Every other violation is still listed.
+        assert_eq!(fields(&verdict), ["spec.port", "spec.env"]);
+        assert_eq!(
+            verdict.violations[1].message,
+            "Too many: 100000: must have at most 64 items"
+        );
+    }
+
+    #[test]
+    fn the_mutating_route_stops_reading_an_env_list_past_its_limit() {
+        let over = format!(r#"{{"spec":{{"env":{}}}}}"#, env_json(MAX_ENV + 1));
+        let error = serde_json::from_str::<Defaulted>(&over).unwrap_err();
+        assert!(error.to_string().contains("at most 64"), "{error}");
+        let within = format!(r#"{{"spec":{{"env":{}}}}}"#, env_json(MAX_ENV));
+        let read: Defaulted = serde_json::from_str(&within).unwrap();
+        assert_eq!(read.spec.env.len(), MAX_ENV);
+    }
+
+    #[test]
+    fn the_validating_route_reads_every_field_of_the_spec() {
+        let full = MyAppSpec {
+            replicas: Some(3),
+            image: "app:1".to_owned(),
+            port: 80,
+            env: vec![env("A", "1")],
+        };
+        let read: ReviewedSpec =
+            serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+        // A struct literal on purpose: a field added to MyAppSpec stops this compiling until
+        // ReviewedSpec reads it too (and the rules judge it).
+        let back = MyAppSpec {
+            replicas: read.replicas,
+            image: read.image,
+            port: read.port,
+            env: read.env.kept().to_vec(),
+        };
+        assert_eq!(back, full);
     }
 
     #[test]

@@ -129,6 +129,48 @@ fn each_invalid_example_is_denied_naming_the_field() {
 }
 
 #[test]
+fn an_env_list_far_over_the_limit_is_denied_with_its_count_and_left_unpatched() {
+    let router = admission::router(config());
+    let mut app = example("myapp.yaml");
+    let env: Vec<Value> = (0..100_000)
+        .map(|i| json!({"name": format!("E{i}"), "value": "x"}))
+        .collect();
+    app["spec"]["env"] = json!(env);
+    app["spec"]["port"] = json!(0);
+    app["metadata"]["name"] = json!("w".repeat(100_000));
+    let response = call(&router, VALIDATE_PATH, &review("CREATE", &app, None));
+    assert_eq!(response["allowed"], false);
+    let causes: Vec<(&str, &str)> = response["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["field"].as_str().unwrap(), c["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(causes.len(), 3, "{causes:?}");
+    assert_eq!(causes[0].0, "metadata.name");
+    assert!(
+        causes[0].1.contains("…\" (100000 bytes)"),
+        "{}",
+        causes[0].1
+    );
+    assert_eq!(causes[1].0, "spec.port");
+    assert_eq!(
+        causes[2],
+        ("spec.env", "Too many: 100000: must have at most 64 items")
+    );
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.len() < 2048,
+        "the name is echoed cut: {} bytes",
+        message.len()
+    );
+    // The mutating route admits it unchanged: no defaults appended to a list that is refused.
+    let response = call(&router, MUTATE_PATH, &review("CREATE", &app, None));
+    assert_eq!(response["allowed"], true);
+    assert!(patch_of(&response).is_none(), "{response}");
+}
+
+#[test]
 fn the_valid_examples_are_allowed_and_a_latest_image_draws_a_warning() {
     let router = admission::router(config());
     for name in ["myapp.yaml", "myapp-autoscaled.yaml"] {

@@ -10,12 +10,22 @@
 //! - `hostile`: holds `--each` slowloris, `--each` no-ClientHello and `--each` idle-after-
 //!   handshake connections for `--secs` (re-opening each one the server closes), while sending
 //!   `--rate` legitimate reviews per second, each on a fresh connection.
-//! - `big`: 6.9 MiB reviews of several shapes one at a time, then four at once while small
-//!   reviews run alongside.
+//! - `big`: 6.9 MiB reviews of several shapes one at a time; then small reviews on a keep-alive
+//!   connection for `--secs` alone, and `--secs` with four big reviews at once alongside.
 //! - `drain`: `--rate` reviews per second over 10 keep-alive connections; after `--secs` / 2 it
 //!   sends SIGTERM to `--pid` and new connections go to `--addr2` (the pod left the endpoints).
+//!   With `--admin`, a half-sent admin request and an idle keep-alive admin connection are open
+//!   when the signal arrives.
+//! - `pki`: writes a CA to `--ca` (its key to `<ca>.key`) and a serving pair into `--cert-dir`,
+//!   laid out as the kubelet mounts a Secret; `--valid expired` writes an expired pair.
+//! - `rotate`: `--rate` reviews per second on fresh connections while `--rotations` pairs are
+//!   published into `--cert-dir` the kubelet's way (valid ones mixed with expired, not-yet-valid,
+//!   mismatched and half-written ones), checking which certificate each connection was served.
 //!
-//! Every scenario samples the server's RSS from `/proc/<pid>/status`.
+//! Every scenario samples the server's RSS from `/proc/<pid>/status` and prints its `VmHWM`.
+
+#[path = "load/rotate.rs"]
+mod rotate;
 
 use std::{
     net::SocketAddr,
@@ -39,6 +49,7 @@ use tokio::{
 use tokio_rustls::TlsConnector;
 
 struct Options {
+    flags: Flags,
     scenario: String,
     addr: SocketAddr,
     addr2: Option<SocketAddr>,
@@ -52,16 +63,24 @@ struct Options {
     rate: u64,
 }
 
-fn options() -> Options {
+type Flags = std::collections::HashMap<String, String>;
+
+fn flags() -> (String, Flags) {
     let mut args = std::env::args().skip(1);
-    let scenario = args.next().expect("a scenario: hostile, big or drain");
-    let mut flags = std::collections::HashMap::new();
+    let scenario = args
+        .next()
+        .expect("a scenario: hostile, big, drain, pki or rotate");
+    let mut flags = Flags::new();
     while let Some(flag) = args.next() {
         let value = args
             .next()
             .unwrap_or_else(|| panic!("{flag} needs a value"));
         flags.insert(flag.trim_start_matches("--").to_owned(), value);
     }
+    (scenario, flags)
+}
+
+fn options(scenario: String, flags: Flags) -> Options {
     let get = |name: &str| {
         flags
             .get(name)
@@ -85,6 +104,7 @@ fn options() -> Options {
         .unwrap_or_else(|| "myapp-operator-webhook.myapp-system.svc".to_owned());
     let review = std::fs::read(get("review")).expect("read --review");
     Options {
+        flags: flags.clone(),
         scenario,
         addr: get("addr").parse().expect("--addr"),
         addr2: flags.get("addr2").map(|a| a.parse().expect("--addr2")),
@@ -106,15 +126,25 @@ fn options() -> Options {
 
 #[tokio::main]
 async fn main() {
-    let options = Arc::new(options());
+    let (scenario, flags) = flags();
+    if scenario == "pki" {
+        rotate::pki(&flags);
+        return;
+    }
+    let options = Arc::new(options(scenario, flags));
     let rss = Rss::sample(options.pid);
     match options.scenario.as_str() {
         "hostile" => hostile(&options).await,
         "big" => big(&options).await,
         "drain" => drain(&options).await,
+        "rotate" => rotate::rotate(&options).await,
         other => panic!("unknown scenario {other}"),
     }
-    println!("server RSS: max {} MiB", rss.max_mib());
+    println!(
+        "server RSS: max {} MiB sampled, VmHWM {}",
+        rss.max_mib(),
+        Rss::high_water_mark(options.pid)
+    );
 }
 
 // === Clients ===
@@ -306,11 +336,23 @@ async fn big(options: &Arc<Options>) {
             latencies
         );
     }
+    let small = body_of(&options.review);
+    let mut alone = small_reviews(options, &small).await;
+    print_percentiles("small review latency alone", &mut alone);
     // Four big ones at once, repeatedly, while small reviews run on a keep-alive connection.
     let stop = Arc::new(AtomicBool::new(false));
     let mut heavy = Vec::new();
+    // `--shape env` makes all four env lists; by default they are four different shapes.
+    let heavy_shapes: Vec<&Bytes> = match options.flags.get("shape") {
+        Some(wanted) => shapes
+            .iter()
+            .filter(|(name, _)| name.contains(wanted.as_str()))
+            .map(|(_, body)| body)
+            .collect(),
+        None => shapes.iter().map(|(_, body)| body).collect(),
+    };
     for i in 0..4 {
-        let body = shapes[i % shapes.len()].1.clone();
+        let body = heavy_shapes[i % heavy_shapes.len()].clone();
         let (options, stop) = (options.clone(), stop.clone());
         heavy.push(tokio::spawn(async move {
             let mut answered = 0u64;
@@ -322,7 +364,18 @@ async fn big(options: &Arc<Options>) {
             answered
         }));
     }
-    let small = body_of(&options.review);
+    let mut latencies = small_reviews(options, &small).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut big_answered = 0;
+    for task in heavy {
+        big_answered += task.await.unwrap_or(0);
+    }
+    println!("four big reviews in parallel: {big_answered} answered");
+    print_percentiles("small review latency alongside", &mut latencies);
+}
+
+/// Small reviews on one keep-alive connection for `--secs`, 10 ms apart: their latencies.
+async fn small_reviews(options: &Options, small: &Bytes) -> Vec<Duration> {
     let mut latencies = Vec::new();
     let mut sender = http(options, options.addr).await.expect("connect");
     let end = Instant::now() + Duration::from_secs(options.secs);
@@ -337,13 +390,7 @@ async fn big(options: &Arc<Options>) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut big_answered = 0;
-    for task in heavy {
-        big_answered += task.await.unwrap_or(0);
-    }
-    println!("four big reviews in parallel: {big_answered} answered");
-    print_percentiles("small review latency alongside", &mut latencies);
+    latencies
 }
 
 fn big_reviews(review: &Value, target: usize) -> Vec<(&'static str, Bytes)> {
@@ -363,7 +410,23 @@ fn big_reviews(review: &Value, target: usize) -> Vec<(&'static str, Bytes)> {
     }
     let wide: Vec<Value> = (0..target / 260).map(|_| nested.clone()).collect();
     let long = "a".repeat(target - 2048);
+    let labels: serde_json::Map<String, Value> = (0..target / 128)
+        .map(|i| {
+            (
+                format!("example.com/label-{i:06}"),
+                json!(format!("v{i:031}")),
+            )
+        })
+        .collect();
+    let with_metadata = {
+        let mut review = review.clone();
+        let metadata = &mut review["request"]["object"]["metadata"];
+        metadata["labels"] = Value::Object(labels.clone());
+        metadata["annotations"] = Value::Object(labels);
+        body_of(&review)
+    };
     vec![
+        ("labels + annotations", with_metadata),
         ("env list", with_spec(&|spec| spec["env"] = json!(env))),
         (
             "deep nesting",
@@ -433,6 +496,11 @@ async fn drain(options: &Arc<Options>) {
         }));
     }
     tokio::time::sleep(Duration::from_secs(options.secs / 2)).await;
+    // Held open across the signal: neither may keep the process alive.
+    let _admin = match options.flags.get("admin") {
+        Some(admin) => Some(admin_connections(admin.parse().expect("--admin")).await),
+        None => None,
+    };
     let signalled = Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &options.pid.to_string()])
@@ -443,7 +511,7 @@ async fn drain(options: &Arc<Options>) {
     let exit = tokio::task::spawn_blocking({
         let pid = options.pid;
         move || {
-            while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            while running(pid) {
                 std::thread::sleep(Duration::from_millis(10));
             }
             signalled.elapsed()
@@ -464,6 +532,33 @@ async fn drain(options: &Arc<Options>) {
         Ok(Ok(elapsed)) => println!("server gone {elapsed:?} after SIGTERM"),
         _ => println!("server still running 60 s after SIGTERM"),
     }
+}
+
+/// A half-sent admin request and an idle keep-alive admin connection (after one answer).
+async fn admin_connections(admin: SocketAddr) -> (TcpStream, TcpStream) {
+    let mut half = TcpStream::connect(admin).await.expect("connect to --admin");
+    half.write_all(b"GET /readyz HTTP/1.1\r\nHost: a")
+        .await
+        .expect("half a request");
+    let mut idle = TcpStream::connect(admin).await.expect("connect to --admin");
+    idle.write_all(b"GET /livez HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .expect("an admin request");
+    let mut buf = [0u8; 1024];
+    let read = idle.read(&mut buf).await.expect("an admin answer");
+    assert!(
+        buf[..read].starts_with(b"HTTP/1.1 200"),
+        "/livez answers 200"
+    );
+    (half, idle)
+}
+
+/// Whether `pid` still runs (a zombie, exited but not yet reaped by its parent, does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(") ").map(|(_, rest)| rest.as_bytes()[0]);
+        !matches!(state, Some(b'Z' | b'X'))
+    })
 }
 
 // === Measuring ===
@@ -505,6 +600,18 @@ impl Rss {
             }
         });
         Self { max_kib }
+    }
+
+    /// The peak resident set since the process started (`VmHWM`), or why not.
+    fn high_water_mark(pid: u32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+                let kib: f64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+                Some(format!("{:.1} MiB", kib / 1024.0))
+            })
+            .unwrap_or_else(|| "unknown (the process has exited)".to_owned())
     }
 
     fn max_mib(&self) -> String {

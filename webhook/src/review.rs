@@ -21,7 +21,7 @@ use axum::{
 };
 use base64::Engine as _;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, value::RawValue};
 use tracing::{debug, error, info};
 
@@ -31,15 +31,21 @@ use crate::{
 };
 
 mod envelope;
+mod lists;
+mod wire;
 
-pub use envelope::{MAX_WARNING_CHARS, MAX_WARNINGS};
-use envelope::{bounded, readable_uid};
+pub use envelope::{MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, MAX_WARNING_CHARS, MAX_WARNINGS, quoted};
+use envelope::{bounded, readable_uid, shorten};
+pub use lists::{Bounded, at_most};
+use wire::{CauseOut, DetailsOut, Empty, ResponseOut, ReviewIn, ReviewOut, StatusOut};
 
 /// The largest request body accepted, as controller-runtime: the API server accepts writes of up
 /// to 3 MiB and a review may carry both the object and the old object.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 
 const API_VERSION: &str = "admission.k8s.io/v1";
+/// The longest object name Kubernetes allows (a DNS-1123 subdomain).
+const MAX_NAME_BYTES: usize = 253;
 const KIND: &str = "AdmissionReview";
 
 /// The operation being admitted.
@@ -97,7 +103,8 @@ pub struct Violation {
 }
 
 impl Violation {
-    /// A value that breaks a rule; `value` is shown as given (quote strings yourself).
+    /// A value that breaks a rule; `value` is shown as given (show strings with [`quoted`],
+    /// which also cuts long ones).
     pub fn invalid(field: impl Into<String>, value: impl fmt::Display, detail: &str) -> Self {
         Self::new(
             field,
@@ -171,105 +178,6 @@ pub struct Verdict {
     pub violations: Vec<Violation>,
     /// Shown by kubectl whether or not the request is allowed.
     pub warnings: Vec<String>,
-}
-
-// === Wire types ===
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewIn<'a> {
-    #[serde(borrow)]
-    api_version: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    request: Option<RequestIn<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestIn<'a> {
-    #[serde(borrow)]
-    uid: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    kind: Option<KindIn<'a>>,
-    #[serde(borrow)]
-    operation: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Cow<'a, str>,
-    #[serde(borrow, default)]
-    namespace: Cow<'a, str>,
-    #[serde(borrow, default)]
-    sub_resource: Cow<'a, str>,
-    #[serde(borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(borrow)]
-    old_object: Option<&'a RawValue>,
-    #[serde(default)]
-    dry_run: Option<bool>,
-}
-
-#[derive(Deserialize, Default)]
-struct KindIn<'a> {
-    #[serde(borrow, default)]
-    group: Cow<'a, str>,
-    #[serde(borrow, default)]
-    kind: Cow<'a, str>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct StatusOut {
-    metadata: Empty,
-    status: &'static str,
-    code: u16,
-    reason: &'static str,
-    message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    details: Option<DetailsOut>,
-}
-
-#[derive(Serialize)]
-struct Empty {}
-
-#[derive(Serialize)]
-struct DetailsOut {
-    #[serde(skip_serializing_if = "String::is_empty")]
-    name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    group: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    kind: String,
-    causes: Vec<CauseOut>,
-}
-
-#[derive(Serialize)]
-struct CauseOut {
-    reason: &'static str,
-    message: String,
-    field: String,
 }
 
 // === Answers ===
@@ -402,13 +310,14 @@ fn denied(request: &Parsed<'_>, violations: Vec<Violation>, warnings: Vec<String
     } else {
         format!("{}.{}", request.kind, request.group)
     };
+    let qualified = shorten(qualified, MAX_ECHO_CHARS);
     let listed = if violations.len() == 1 {
         violations[0].to_string()
     } else {
         let all: Vec<String> = violations.iter().map(Violation::to_string).collect();
         format!("[{}]", all.join(", "))
     };
-    let message = format!("{qualified} {:?} is invalid: {listed}", request.name);
+    let message = format!("{qualified} {} is invalid: {listed}", quoted(&request.name));
     let causes = violations
         .into_iter()
         .map(|v| CauseOut {
@@ -432,9 +341,9 @@ fn denied(request: &Parsed<'_>, violations: Vec<Violation>, warnings: Vec<String
                     reason: "Invalid",
                     message,
                     details: Some(DetailsOut {
-                        name: request.name.to_string(),
-                        group: request.group.to_string(),
-                        kind: request.kind.to_string(),
+                        name: legal(&request.name),
+                        group: legal(&request.group),
+                        kind: legal(&request.kind),
                         causes,
                     }),
                 }),
@@ -446,6 +355,16 @@ fn denied(request: &Parsed<'_>, violations: Vec<Violation>, warnings: Vec<String
     );
     tag(&mut response, Decision::Denied, 422);
     response
+}
+
+/// A name, group or kind for `status.details`, which only legal ones are: none is longer than
+/// 253 bytes. A longer one is left out there, and echoed (cut) in the message.
+fn legal(name: &str) -> String {
+    if name.len() <= MAX_NAME_BYTES {
+        name.to_owned()
+    } else {
+        String::new()
+    }
 }
 
 // === Request handling ===
@@ -472,7 +391,7 @@ impl Parsed<'_> {
             operation = self.operation.as_str(),
             kind = %self.kind,
             namespace = %self.namespace,
-            name = %self.name,
+            name = %shorten(self.name.to_string(), MAX_ECHO_CHARS),
             patched,
             "Admitted"
         );
@@ -502,32 +421,27 @@ async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
         return Err(Failure::http(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("contentType={content_type:?}, expected application/json"),
+            format!(
+                "contentType={}, expected application/json",
+                quoted(content_type)
+            ),
         ));
     }
-    let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-        .map_err(|error| {
-            let mut causes =
-                std::iter::successors(Some(&*error as &dyn std::error::Error), |e| e.source());
-            if error.downcast_ref::<LengthLimitError>().is_some() {
-                too_large()
-            } else if causes.any(|cause| cause.is::<BodyTimedOut>()) {
-                Failure::http(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "Timeout",
-                    "request body not received within the body-read timeout".to_owned(),
-                )
-            } else {
-                Failure::http(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    format!("failed to read request body: {error}"),
-                )
-            }
-        })?
-        .to_bytes();
+    // One buffer, sized from `Content-Length` (the server has already refused one over the
+    // limit): collecting the frames and then joining them held the body twice. Reserving is
+    // not touching: a client that declares 7 MiB and sends less costs what it sent.
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = Vec::with_capacity(declared.min(MAX_BODY_BYTES));
+    let mut frames = Limited::new(request.into_body(), MAX_BODY_BYTES);
+    while let Some(frame) = frames.frame().await {
+        if let Ok(data) = frame.map_err(body_failure)?.into_data() {
+            body.extend_from_slice(&data);
+        }
+    }
     if body.is_empty() {
         return Err(Failure::http(
             StatusCode::BAD_REQUEST,
@@ -535,7 +449,26 @@ async fn read_body(request: Request) -> Result<axum::body::Bytes, Failure> {
             "request body is empty".to_owned(),
         ));
     }
-    Ok(body)
+    Ok(body.into())
+}
+
+fn body_failure(error: Box<dyn std::error::Error + Send + Sync>) -> Failure {
+    let mut causes = std::iter::successors(Some(&*error as &dyn std::error::Error), |e| e.source());
+    if error.downcast_ref::<LengthLimitError>().is_some() {
+        too_large()
+    } else if causes.any(|cause| cause.is::<BodyTimedOut>()) {
+        Failure::http(
+            StatusCode::REQUEST_TIMEOUT,
+            "Timeout",
+            "request body not received within the body-read timeout".to_owned(),
+        )
+    } else {
+        Failure::http(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("failed to read request body: {error}"),
+        )
+    }
 }
 
 /// The server's body-read deadline passed before the body was complete.
@@ -569,7 +502,10 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
     let bad = |message: String| Failure::http(StatusCode::BAD_REQUEST, "BadRequest", message);
     let review: ReviewIn<'_> = serde_json::from_slice(body).map_err(|e| {
         (
-            bad(format!("failed to parse AdmissionReview: {e}")),
+            bad(shorten(
+                format!("failed to parse AdmissionReview: {e}"),
+                MAX_MESSAGE_CHARS,
+            )),
             readable_uid(body),
         )
     })?;
@@ -590,15 +526,15 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
     };
     if api_version.as_deref() != Some(API_VERSION) {
         let message = format!(
-            "unsupported AdmissionReview apiVersion {:?}, expected {API_VERSION:?}",
-            api_version.as_deref().unwrap_or("")
+            "unsupported AdmissionReview apiVersion {}, expected {API_VERSION:?}",
+            quoted(api_version.as_deref().unwrap_or(""))
         );
         return Err((bad(message), uid.into_owned()));
     }
     if kind.as_deref() != Some(KIND) {
         let message = format!(
-            "unsupported kind {:?}, expected {KIND:?}",
-            kind.as_deref().unwrap_or("")
+            "unsupported kind {}, expected {KIND:?}",
+            quoted(kind.as_deref().unwrap_or(""))
         );
         return Err((bad(message), uid.into_owned()));
     }
@@ -609,8 +545,8 @@ fn parse_review(body: &[u8]) -> Result<Parsed<'_>, (Failure, String)> {
         Some("CONNECT") => Operation::Connect,
         other => {
             let message = format!(
-                "unsupported operation {:?}, expected CREATE, UPDATE, DELETE or CONNECT",
-                other.unwrap_or("")
+                "unsupported operation {}, expected CREATE, UPDATE, DELETE or CONNECT",
+                quoted(other.unwrap_or(""))
             );
             return Err((bad(message), uid.into_owned()));
         }
@@ -641,36 +577,61 @@ fn typed<T: DeserializeOwned>(raw: &RawValue, which: &str, kind: &str) -> Result
             Err(e) => e.inner().to_string(),
             Ok(_) => "inconsistent parse".to_owned(),
         };
+        let kind = if kind.is_empty() {
+            short_type_name::<T>()
+        } else {
+            kind
+        };
         Failure::denial(
             StatusCode::BAD_REQUEST,
             "BadRequest",
-            format!(
-                "{which} does not parse as {}: {detail}",
-                if kind.is_empty() {
-                    short_type_name::<T>()
-                } else {
-                    kind
-                }
+            shorten(
+                format!("{which} does not parse as {kind}: {detail}"),
+                MAX_MESSAGE_CHARS,
             ),
         )
     })
 }
 
-/// The raw object as a JSON value, but with only the top-level members the typed value has
-/// parsed: the patch walk never looks anywhere else, and skipping the rest (managed fields,
-/// the last-applied annotation) saves most of the parsing.
-fn raw_members(raw: &RawValue, typed: &Value) -> Result<Value, serde_json::Error> {
-    let Value::Object(wanted) = typed else {
-        return serde_json::from_str(raw.get());
-    };
-    let members: std::collections::HashMap<String, &RawValue> = serde_json::from_str(raw.get())?;
-    let mut partial = serde_json::Map::new();
-    for key in wanted.keys() {
-        if let Some(member) = members.get(key) {
-            partial.insert(key.clone(), serde_json::from_str(member.get())?);
+/// The raw object as a JSON value holding only what the typed value `shape` has: in objects the
+/// members the type knows, recursively; arrays whole, each element pruned by its typed
+/// counterpart. The patch walk never looks anywhere else, and a value tree costs ten times its
+/// JSON: skipping the rest (managed fields, the last-applied annotation, unknown fields of any
+/// size or depth) saves most of the parsing and the memory.
+fn pruned(raw: &RawValue, shape: &Value) -> Result<Value, serde_json::Error> {
+    let whole = || serde_json::from_str(raw.get());
+    match shape {
+        Value::Object(wanted) => {
+            // Not an object in the request: taken whole, the walk refuses it.
+            let Ok(members) =
+                serde_json::from_str::<std::collections::HashMap<String, &RawValue>>(raw.get())
+            else {
+                return whole();
+            };
+            let mut partial = serde_json::Map::new();
+            for (key, shape) in wanted {
+                if let Some(member) = members.get(key) {
+                    partial.insert(key.clone(), pruned(member, shape)?);
+                }
+            }
+            Ok(Value::Object(partial))
         }
+        Value::Array(items) => {
+            let Ok(elements) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+                return whole();
+            };
+            elements
+                .iter()
+                .enumerate()
+                .map(|(index, element)| match items.get(index) {
+                    Some(shape) => pruned(element, shape),
+                    None => serde_json::from_str(element.get()),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array)
+        }
+        _ => whole(),
     }
-    Ok(Value::Object(partial))
 }
 
 fn short_type_name<T>() -> &'static str {
@@ -704,7 +665,10 @@ fn panic_failure(payload: &(dyn std::any::Any + Send), uid: &str) -> Failure {
     Failure::denial(
         StatusCode::INTERNAL_SERVER_ERROR,
         "InternalError",
-        format!("admission rule panicked: {detail}"),
+        shorten(
+            format!("admission rule panicked: {detail}"),
+            MAX_MESSAGE_CHARS,
+        ),
     )
 }
 
@@ -791,7 +755,7 @@ where
                 operation = request.operation.as_str(),
                 kind = %request.kind,
                 namespace = %request.namespace,
-                name = %request.name,
+                name = %shorten(request.name.to_string(), MAX_ECHO_CHARS),
                 reasons = %reasons.join("; "),
                 "Denied"
             );
@@ -916,7 +880,7 @@ where
             .map_err(|e| internal(format!("failed to read back the typed object: {e}")))
     };
     let (before, after) = (tree(before)?, tree(after)?);
-    let raw = raw_members(raw_object, &after).map_err(|e| {
+    let raw = pruned(raw_object, &after).map_err(|e| {
         Failure::denial(
             StatusCode::BAD_REQUEST,
             "BadRequest",

@@ -310,6 +310,55 @@ async fn an_envelope_field_of_the_wrong_type_is_answered_with_the_uid() {
 }
 
 #[tokio::test]
+async fn user_input_echoed_in_messages_is_cut_and_says_how_long_it_was() {
+    let router = router(&Metrics::new());
+    let huge = "n".repeat(1 << 20);
+    let cut = "…\" (1048576 bytes)";
+    // The object's name in a denial: cut in the message, left out of the details.
+    let mut review = fixture_json("create-invalid.json");
+    review["request"]["name"] = json!(huge);
+    let answer = call(&router, post("/validate", review.to_string())).await;
+    let status = &answer.response()["status"];
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("…\" (1048576 bytes) is invalid: ["),
+        "{message}"
+    );
+    assert!(message.len() < 1024, "{} bytes", message.len());
+    assert!(status["details"].get("name").is_none(), "{status}");
+    assert_eq!(status["details"]["causes"].as_array().unwrap().len(), 2);
+    // A wrongly typed field whose value serde would quote whole.
+    let mut review = fixture_json("create.json");
+    review["request"]["object"]["spec"]["size"] = json!(huge);
+    let answer = call(&router, post("/validate", review.to_string())).await;
+    let message = answer.response()["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "request.object does not parse as Widget: spec.size: invalid type: string \"nnn"
+        ),
+        "{}",
+        &message[..200]
+    );
+    assert!(
+        message.ends_with("cut)") && message.len() < 1200,
+        "{} bytes",
+        message.len()
+    );
+    // Envelope values in HTTP 400 answers.
+    let mut review = fixture_json("create.json");
+    review["request"]["operation"] = json!(huge);
+    let (status, response) = bad(&router, post("/validate", review.to_string())).await;
+    assert_eq!(status, 400);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("unsupported operation \"nnn") && message.contains(cut),
+        "{}",
+        &message[..100]
+    );
+    assert!(message.len() < 1024);
+}
+
+#[tokio::test]
 async fn bad_envelopes_get_a_precise_4xx() {
     let metrics = Metrics::new();
     let router = router(&metrics);

@@ -104,6 +104,14 @@ async fn rotations_reach_new_connections_bad_pairs_keep_the_old_one_and_no_reque
     until_reload_errors(&server.metrics, 2).await;
     assert_eq!(served_leaf(addr, config.clone()).await, second.leaf);
 
+    // Well-formed pairs that are not valid now: an expired one, then a not-yet-valid one.
+    dir.publish(&pki.pair_valid(2020, 2021));
+    until_reload_errors(&server.metrics, 3).await;
+    assert_eq!(served_leaf(addr, config.clone()).await, second.leaf);
+    dir.publish(&pki.pair_valid(2090, 2091));
+    until_reload_errors(&server.metrics, 4).await;
+    assert_eq!(served_leaf(addr, config.clone()).await, second.leaf);
+
     let fourth = pki.pair();
     dir.publish(&fourth);
     until_served(addr, &config, &fourth.leaf).await;
@@ -115,7 +123,12 @@ async fn rotations_reach_new_connections_bad_pairs_keep_the_old_one_and_no_reque
         "requests failed during rotation: {failures:?}"
     );
     assert!(answered > 0);
-    assert_eq!(server.metrics.cert_reload_errors(), 2);
+    assert_eq!(server.metrics.cert_reload_errors(), 4);
+    assert_eq!(
+        server.metrics.cert_reloads(),
+        2,
+        "only the valid pairs were loaded"
+    );
 }
 
 #[tokio::test]

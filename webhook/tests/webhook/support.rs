@@ -235,11 +235,25 @@ impl Pki {
     }
 
     pub fn pair(&self) -> Pair {
-        let params = CertificateParams::new(vec![
+        self.pair_with(|_| {})
+    }
+
+    /// A pair valid only from January 1st of `from` to January 1st of `to`: an expired or a
+    /// not-yet-valid one.
+    pub fn pair_valid(&self, from: i32, to: i32) -> Pair {
+        self.pair_with(|params| {
+            params.not_before = rcgen::date_time_ymd(from, 1, 1);
+            params.not_after = rcgen::date_time_ymd(to, 1, 1);
+        })
+    }
+
+    fn pair_with(&self, tune: impl FnOnce(&mut CertificateParams)) -> Pair {
+        let mut params = CertificateParams::new(vec![
             SERVICE_NAME.to_owned(),
             format!("{SERVICE_NAME}.cluster.local"),
         ])
         .unwrap();
+        tune(&mut params);
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
         Pair {
