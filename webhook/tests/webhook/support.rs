@@ -197,11 +197,13 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::{net::TcpStream, sync::oneshot};
 use tokio_rustls::{TlsConnector, client::TlsStream};
-use webhook::{ServerConfig, ServerHandle};
+use webhook::{
+    ServerConfig, ServerHandle,
+    testing::{ServingPair, TestCa},
+};
 
 pub const SERVICE_NAME: &str = "webhook.test.svc";
 
@@ -209,58 +211,34 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// A test certificate authority issuing ECDSA P-256 serving certificates.
+/// The test CA, issuing pairs for [`SERVICE_NAME`].
 pub struct Pki {
-    ca: CertifiedIssuer<'static, KeyPair>,
+    ca: TestCa,
 }
 
 /// A serving pair in PEM, and the leaf in DER to compare with what a client sees.
-pub struct Pair {
-    pub cert_pem: String,
-    pub key_pem: String,
-    pub leaf: CertificateDer<'static>,
-}
+pub type Pair = ServingPair;
+
+const NAMES: [&str; 2] = [SERVICE_NAME, "webhook.test.svc.cluster.local"];
 
 impl Pki {
     pub fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "webhook test ca");
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         Self {
-            ca: CertifiedIssuer::self_signed(params, key).unwrap(),
+            ca: TestCa::new("webhook test ca"),
         }
     }
 
     pub fn pair(&self) -> Pair {
-        self.pair_with(|_| {})
+        self.ca.issue(&NAMES)
     }
 
     /// A pair valid only from January 1st of `from` to January 1st of `to`: an expired or a
     /// not-yet-valid one.
     pub fn pair_valid(&self, from: i32, to: i32) -> Pair {
-        self.pair_with(|params| {
+        self.ca.issue_with(&NAMES, |params| {
             params.not_before = rcgen::date_time_ymd(from, 1, 1);
             params.not_after = rcgen::date_time_ymd(to, 1, 1);
         })
-    }
-
-    fn pair_with(&self, tune: impl FnOnce(&mut CertificateParams)) -> Pair {
-        let mut params = CertificateParams::new(vec![
-            SERVICE_NAME.to_owned(),
-            format!("{SERVICE_NAME}.cluster.local"),
-        ])
-        .unwrap();
-        tune(&mut params);
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        Pair {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            leaf: cert.der().clone(),
-        }
     }
 
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
@@ -272,16 +250,7 @@ impl Pki {
         versions: &[&'static rustls::SupportedProtocolVersion],
         alpn: &[&[u8]],
     ) -> Arc<rustls::ClientConfig> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.der().clone()).unwrap();
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(versions)
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let mut config = self.ca.client_config(versions, alpn);
         // A resumed session reports the certificate of the session it resumes: tests that look
         // at the served certificate need full handshakes.
         config.resumption = rustls::client::Resumption::disabled();
