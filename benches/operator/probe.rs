@@ -71,7 +71,9 @@ fn app_unconverged(
     service: Option<&&Service>,
 ) -> Option<&'static str> {
     let spec = &app.spec;
-    let status = app.status.as_ref()?;
+    let Some(status) = app.status.as_ref() else {
+        return Some("no status");
+    };
     if status.observed_generation != app.metadata.generation {
         return Some("status does not report the current generation");
     }
