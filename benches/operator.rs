@@ -1,16 +1,30 @@
-//! Load benchmark of the real operator binary against a kube-sandbox served on loopback.
+//! Load benchmark of the operator binary the image ships, against a kube-sandbox served on
+//! loopback.
 //!
-//! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time to
-//! a webhook answer after process start, idle RSS, create and convergence times for APPS
-//! MyApps, the operator's writes per MyApp and its peak requests in flight, RSS with everything
-//! cached, writes during a forced resync, time, RSS and writes of a forced relist of every
-//! watch, and the rate of a no-op loader issuing the same writes through the same sandbox.
-//! Numbers are printed, never asserted. Set `MYAPP_BENCH_WRAPPER` to run the operator under a
-//! profiler (`heaptrack -o /tmp/operator`).
+//! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time
+//! to the first admitted review after process start, idle RSS, create and convergence times for
+//! APPS MyApps, the operator's object writes, Events and reads per MyApp and its peak requests
+//! in flight, RSS with everything cached, its requests during a resync of every MyApp, time,
+//! RSS peak and requests of a forced relist of every watch, and the rate of a no-op loader
+//! issuing the same writes through the same sandbox. Numbers are printed, never asserted; a
+//! figure the bench cannot attribute to the operator (see `operator/requests.rs`) or a wait
+//! that passes its deadline fails the bench with a message instead.
+//!
+//! Environment: `MYAPP_BENCH_OPERATOR` (the binary to measure; default: built now with
+//! `--release --no-default-features` into `<target>/bench-operator`), `MYAPP_BENCH_WRAPPER` (a
+//! command prefix, e.g. a profiler: `heaptrack -o /tmp/operator`), `MYAPP_BENCH_USER_AGENT`
+//! (the operator's user agent; default `myapp_operator::run::USER_AGENT`), `MYAPP_BENCH_THREADS`
+//! (worker threads of the bench's runtime, which serves the sandbox; default CONCURRENCY + 2).
+
+#[path = "operator/probe.rs"]
+mod probe;
+#[path = "operator/requests.rs"]
+mod requests;
 
 use std::{
+    collections::BTreeSet,
     net::SocketAddr,
-    process::{Command, Stdio},
+    process::{Command, ExitCode, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -22,7 +36,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use kube_sandbox::testing::{Reap, log_lines, wait_for_addr};
-use myapp_operator::{crd::MyApp, resources};
+use myapp_operator::{crd::MyApp, resources, run::USER_AGENT};
 use serde_json::json;
 
 /// A `VmRSS`-style line of /proc/<pid>/status in KiB (`VmRSS`, `RssAnon`, `RssFile`).
@@ -51,83 +65,93 @@ fn app(i: usize) -> MyApp {
     MyApp::test(&format!("app-{i}"))
 }
 
-async fn converged(client: &Client, namespace: &str, apps: usize) -> bool {
-    let lp = ListParams::default();
-    let Ok(list) = Api::<MyApp>::namespaced(client.clone(), namespace)
-        .list(&lp)
-        .await
-    else {
-        return false;
-    };
-    let done = list
-        .items
-        .iter()
-        .filter(|a| {
-            a.status
-                .as_ref()
-                .is_some_and(|s| s.observed_generation == a.metadata.generation)
-        })
-        .count();
-    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .list_metadata(&lp)
-        .await
-        .map_or(0, |l| l.items.len());
-    let services = Api::<Service>::namespaced(client.clone(), namespace)
-        .list_metadata(&lp)
-        .await
-        .map_or(0, |l| l.items.len());
-    done == apps && deployments == apps && services == apps
-}
-
-fn operator_writes(sandbox: &kube_sandbox::Sandbox) -> usize {
-    sandbox
-        .faults()
-        .requests()
-        .iter()
-        .filter(|r| r.field_manager.as_deref() == Some(resources::FIELD_MANAGER) && r.verb != "get")
-        .count()
-}
-
-/// Whether each of the `watched` resources has been restarted by a list since the requests
-/// were cleared: its first watch gets 410, it lists, and its second watch resumes the stream.
-fn relisted(
-    sandbox: &kube_sandbox::Sandbox,
-    agent: &str,
-    watched: &std::collections::BTreeSet<String>,
-) -> bool {
-    let mut watches = std::collections::HashMap::<String, usize>::new();
-    for r in sandbox.faults().requests() {
-        if r.user_agent.as_deref() == Some(agent) && r.verb == "watch" {
-            *watches.entry(r.resource.unwrap_or_default()).or_default() += 1;
+/// Waits until `done` says so, polling every `poll`, or fails after `deadline` with `what` and
+/// the last thing `done` said was missing.
+async fn wait_until<F, Fut>(
+    what: &str,
+    deadline: Duration,
+    poll: Duration,
+    mut done: F,
+) -> Outcome<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
+    let start = Instant::now();
+    loop {
+        let Some(missing) = done().await else {
+            return Ok(());
+        };
+        if start.elapsed() > deadline {
+            return Err(format!("{what}: not done within {deadline:?}: {missing}"));
         }
+        tokio::time::sleep(poll).await;
     }
-    watched
-        .iter()
-        .all(|resource| watches.get(resource).is_some_and(|&n| n >= 2))
 }
 
-fn main() {
+/// Waits until the operator has finished `more` reconciles after `from` (by its own counter).
+async fn reconciled(admin: SocketAddr, from: u64, more: usize, what: &str) -> Outcome<()> {
+    wait_until(
+        what,
+        Duration::from_secs(120),
+        Duration::from_millis(50),
+        move || async move {
+            match probe::reconciles(admin).await {
+                Ok(n) if n >= from + more as u64 => None,
+                Ok(n) => Some(format!("{} of {more} reconciles", n - from.min(n))),
+                Err(e) => Some(e),
+            }
+        },
+    )
+    .await
+}
+
+type Outcome<T> = Result<T, String>;
+
+fn main() -> ExitCode {
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
         .collect();
     let apps = args.first().copied().unwrap_or(1000);
     let concurrency = args.get(1).copied().unwrap_or(4);
+    // The sandbox serves a request on one worker of this runtime from start to end without
+    // yielding (its store is behind a plain mutex), so it holds at most one request in flight
+    // per worker: with one worker per core (2 here) the operator never showed more than 2 in
+    // flight at concurrency 4. Enough workers for the operator's concurrency and the bench's
+    // own polling let the count show the operator's concurrency, not the sandbox's threads.
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let threads = std::env::var("MYAPP_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or((concurrency + 2).max(cores));
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(bench(apps, concurrency));
+    eprintln!("bench runtime (sandbox, poller, loader): {threads} worker threads");
+    match runtime.block_on(bench(apps, concurrency)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("operator bench failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-async fn bench(apps: usize, concurrency: usize) {
+async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
+    let binary = probe::operator_binary()?;
+    let agent = std::env::var("MYAPP_BENCH_USER_AGENT").unwrap_or_else(|_| USER_AGENT.into());
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
+    // The bench reads the sandbox's request counts, never its (truncating) request log.
     let sandbox = kube_sandbox::Sandbox::builder()
         .namespace("load")
         .namespace("baseline")
         .rollout_delay(Duration::from_millis(10))
         .event_log_capacity(200_000)
+        .request_log_capacity(1_000)
         .build();
     let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     std::fs::write(dir.path().join("kubeconfig"), served.kubeconfig()).unwrap();
@@ -141,12 +165,15 @@ async fn bench(apps: usize, concurrency: usize) {
     bundle.write_to(&dir.path().join("certs")).unwrap();
     let tls = kube_sandbox::testing::tls_client_trusting(&bundle.ca_pem);
 
-    let started = Instant::now();
     // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`
     // (the RSS figures then measure the wrapper, not the operator).
     let wrapper = std::env::var("MYAPP_BENCH_WRAPPER").unwrap_or_default();
-    let mut command: Vec<&str> = wrapper.split_whitespace().collect();
-    command.push(env!("CARGO_BIN_EXE_myapp-operator"));
+    let mut command: Vec<&std::ffi::OsStr> = wrapper
+        .split_whitespace()
+        .map(std::ffi::OsStr::new)
+        .collect();
+    command.push(binary.as_os_str());
+    let started = Instant::now();
     let mut child = Command::new(command[0])
         .args(&command[1..])
         .args([
@@ -172,27 +199,47 @@ async fn bench(apps: usize, concurrency: usize) {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
     let lines = log_lines(&mut child);
     let child = Reap(child);
     let pid = child.0.id();
+    let admin = wait_for_addr(&lines, "Admin server listening");
     let webhook = wait_for_addr(&lines, "Webhook serving");
     let serving = started.elapsed();
     std::thread::spawn(move || lines.into_iter().for_each(drop));
-    let first_answer = first_webhook_answer(webhook, started, Arc::new(tls)).await;
+    let first_review =
+        probe::first_admitted_review(webhook, started, Duration::from_secs(60), Arc::new(tls))
+            .await?;
+    wait_until(
+        "the operator's watch caches synced",
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        move || async move {
+            match probe::caches_synced(admin).await {
+                Ok(true) => None,
+                Ok(false) => Some("myapp_caches_synced is not 1".into()),
+                Err(e) => Some(e),
+            }
+        },
+    )
+    .await?;
+    // The resources the operator watches (one watch each, unless one restarted already).
+    let watched: BTreeSet<String> = requests::watches_and_lists(&sandbox, &agent)
+        .into_iter()
+        .filter(|(_, (watches, _))| *watches > 0)
+        .map(|(resource, _)| resource)
+        .collect();
+    if watched.is_empty() {
+        return Err(requests::unattributed(
+            &sandbox,
+            &agent,
+            "the watches that fill its caches",
+        ));
+    }
+    let watches = watched.len();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss(pid);
 
-    let agent = myapp_operator::run::USER_AGENT;
-    // The resources the operator watches (one watch each, unless one restarted already).
-    let watched: std::collections::BTreeSet<String> = sandbox
-        .faults()
-        .requests()
-        .into_iter()
-        .filter(|r| r.user_agent.as_deref() == Some(agent) && r.verb == "watch")
-        .filter_map(|r| r.resource)
-        .collect();
-    let watches = watched.len();
     sandbox.faults().clear_requests();
     let load = Api::<MyApp>::namespaced(client.clone(), "load");
     let create_start = Instant::now();
@@ -209,38 +256,77 @@ async fn bench(apps: usize, concurrency: usize) {
     // Each check lists every object; poll less often for big runs so the poller does not
     // starve the operator of the two cores.
     let poll = Duration::from_millis((apps as u64 / 10).max(50));
-    while !converged(&client, "load", apps).await {
-        tokio::time::sleep(poll).await;
-    }
+    let deadline = Duration::from_secs(120).max(Duration::from_millis(apps as u64 * 20));
+    wait_until("convergence of every MyApp", deadline, poll, || {
+        probe::unconverged(&client, "load", apps)
+    })
+    .await?;
     let converged_after = create_start.elapsed();
-    let writes = operator_writes(&sandbox);
-    let peak_in_flight = sandbox.faults().peak_in_flight(agent);
+    let converging = requests::of(&sandbox, &agent);
+    let peak_in_flight = sandbox.faults().peak_in_flight(&agent);
+    if converging.object_writes() == 0 {
+        let what = format!("the writes that converged {apps} MyApps");
+        return Err(requests::unattributed(&sandbox, &agent, &what));
+    }
+    if peak_in_flight == 0 {
+        return Err(requests::unattributed(
+            &sandbox,
+            &agent,
+            "its requests in flight",
+        ));
+    }
+    let others = requests::others_writes(&sandbox, &agent);
+    if others > 0 {
+        return Err(format!(
+            "{others} writes of Deployments, Services, MyApp status or Events came from user \
+             agents other than {agent:?}, so the operator's count is incomplete. Requests by \
+             user agent: {}. How: {}",
+            requests::seen_agents(&sandbox),
+            requests::HOW
+        ));
+    }
     let loaded_rss = rss(pid);
 
+    // A resync: every MyApp's requeue comes due (10 s, jittered) and it is reconciled again.
     sandbox.faults().clear_requests();
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let resync_writes = operator_writes(&sandbox);
+    let mark = probe::reconciles(admin).await?;
+    reconciled(admin, mark, apps, "a resync of every MyApp").await?;
+    let resync = requests::of(&sandbox, &agent);
 
     // A relist of every watch, as after an API server restart: each resumes, gets 410 Gone and
     // lists again (the reflector holds a second copy of its cache until the list is done), and
     // every MyApp is reconciled once more.
     sandbox.faults().clear_requests();
+    let mark = probe::reconciles(admin).await?;
     for _ in 0..watches {
         sandbox.faults().expire_next_watch();
     }
     sandbox.faults().close_watches();
     let relist_start = Instant::now();
-    while !relisted(&sandbox, agent, &watched) {
-        assert!(
-            relist_start.elapsed() < Duration::from_secs(120),
-            "the operator did not list and watch {watched:?} again within 120 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let peak_kib = std::cell::Cell::new(0);
+    wait_until(
+        "a relist of every watch",
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+        || {
+            peak_kib.set(peak_kib.get().max(status_kib(pid, "VmRSS")));
+            let seen = requests::watches_and_lists(&sandbox, &agent);
+            let done = watched.iter().all(|resource| {
+                seen.get(resource)
+                    .is_some_and(|&(watches, lists)| watches >= 2 && lists >= 1)
+            });
+            let missing = format!(
+                "watches and lists by {agent:?} per resource: {seen:?}; each of {watched:?} \
+                 needs a watch that gets 410, a list and a new watch. How: {}",
+                requests::HOW
+            );
+            std::future::ready((!done).then_some(missing))
+        },
+    )
+    .await?;
     let relisted_after = relist_start.elapsed();
-    let rss_when_relisted = rss(pid);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let relist_writes = operator_writes(&sandbox);
+    reconciled(admin, mark, apps, "every MyApp reconciled after the relist").await?;
+    let relist = requests::of(&sandbox, &agent);
     let relisted_rss = rss(pid);
 
     // Baseline: the same three writes per MyApp, issued directly with the same concurrency.
@@ -290,9 +376,15 @@ async fn bench(apps: usize, concurrency: usize) {
 
     let operator_rate = apps as f64 / converged_after.as_secs_f64();
     let loader_rate = apps as f64 / loader.as_secs_f64();
+    let size = std::fs::metadata(&binary).map_or(0, |m| m.len());
     println!("apps={apps} concurrency={concurrency}");
     println!(
-        "webhook serving (log line) after start: {serving:?}; first webhook answer after start: {first_answer:?}"
+        "binary: {} ({:.1} MB); requests attributed by User-Agent {agent:?}",
+        binary.display(),
+        size as f64 / 1e6
+    );
+    println!(
+        "webhook serving (log line) after start: {serving:?}; first admitted review after start: {first_review:?}"
     );
     println!("idle RSS: {idle_rss}");
     println!(
@@ -300,16 +392,24 @@ async fn bench(apps: usize, concurrency: usize) {
         converged_after.saturating_sub(created)
     );
     println!(
-        "operator writes: {writes} ({:.2} per MyApp)",
-        writes as f64 / apps as f64
+        "operator requests while converging: {}",
+        converging.per_app(apps)
     );
     println!("RSS with {apps} MyApps + children cached: {loaded_rss}");
     println!(
         "operator requests in flight at once (watches excepted): at most {peak_in_flight}; watches open: {watches}"
     );
-    println!("writes during a forced resync of every object: {resync_writes}");
     println!(
-        "forced relist of every watch: done after {relisted_after:?}, RSS then {rss_when_relisted}; 5 s later {relisted_rss}; writes {relist_writes}"
+        "operator requests during a resync of every MyApp: {}",
+        resync.per_app(apps)
+    );
+    println!(
+        "forced relist of every watch: done after {relisted_after:?}, RSS peak (sampled every 20 ms) {:.1} MiB; once every MyApp was reconciled again {relisted_rss}",
+        peak_kib.get() as f64 / 1024.0
+    );
+    println!(
+        "operator requests during the relist: {}",
+        relist.per_app(apps)
     );
     println!(
         "no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",
@@ -317,34 +417,5 @@ async fn bench(apps: usize, concurrency: usize) {
     );
     drop(child);
     served.shutdown().await.unwrap();
-}
-
-/// Time from process start to the first answered webhook request.
-async fn first_webhook_answer(
-    addr: SocketAddr,
-    started: Instant,
-    tls: Arc<rustls::ClientConfig>,
-) -> Duration {
-    let stream = loop {
-        if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
-            break s;
-        }
-    };
-    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(name, stream)
-        .await
-        .unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let request = hyper::Request::post("/validate-myapp")
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
-        .unwrap();
-    let _ = sender.send_request(request).await.unwrap();
-    started.elapsed()
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Fault injection and the request log, driven by tests through a handle.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -38,6 +38,33 @@ pub struct RequestRecord {
     pub status: u16,
 }
 
+/// What the request counters count by: one client's requests of one kind.
+///
+/// The counters never truncate (the request log keeps only its most recent requests), so a
+/// benchmark at any scale can attribute every request of a run to its client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestKey {
+    /// The `User-Agent` header, if any.
+    pub user_agent: Option<String>,
+    /// Kubernetes verb, as in [`RequestRecord::verb`].
+    pub verb: String,
+    /// Resource plural, for resource requests.
+    pub resource: Option<String>,
+    /// Subresource (`status`), if any.
+    pub subresource: Option<String>,
+}
+
+impl RequestKey {
+    fn of(record: &RequestRecord) -> Self {
+        RequestKey {
+            user_agent: record.user_agent.clone(),
+            verb: record.verb.clone(),
+            resource: record.resource.clone(),
+            subresource: record.subresource.clone(),
+        }
+    }
+}
+
 /// How an injected write failure answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteFault {
@@ -52,17 +79,22 @@ pub enum WriteFault {
     },
 }
 
-/// The request log keeps this many most recent requests (a long `dev` session must not grow
-/// without bound).
-const REQUEST_LOG_CAPACITY: usize = 100_000;
+/// The request log keeps this many most recent requests by default (a long `dev` session must
+/// not grow without bound).
+pub(crate) const REQUEST_LOG_CAPACITY: usize = 100_000;
 
-#[derive(Default)]
 struct FaultState {
     /// Queued failures, each for any writer or only for one field manager's writes.
     write_faults: VecDeque<(Option<String>, WriteFault)>,
     delay: Duration,
     expire_watches: usize,
     requests: VecDeque<RequestRecord>,
+    /// How many requests `requests` holds at most.
+    log_capacity: usize,
+    /// Requests dropped from the front of `requests` since the last clear.
+    dropped: u64,
+    /// Every request since the last clear, counted by client and kind (never truncated).
+    counts: HashMap<RequestKey, u64>,
     /// Per user agent: requests being served now, and the most at once since the last clear.
     in_flight: HashMap<String, (usize, usize)>,
 }
@@ -74,9 +106,20 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub(crate) fn new() -> Self {
+    /// Fault state whose request log keeps the last `log_capacity` requests (at least one).
+    pub(crate) fn new(log_capacity: usize) -> Self {
+        let state = FaultState {
+            write_faults: VecDeque::new(),
+            delay: Duration::ZERO,
+            expire_watches: 0,
+            requests: VecDeque::new(),
+            log_capacity: log_capacity.max(1),
+            dropped: 0,
+            counts: HashMap::new(),
+            in_flight: HashMap::new(),
+        };
         Faults {
-            state: Mutex::new(FaultState::default()),
+            state: Mutex::new(state),
             close_tx: watch::channel(0).0,
         }
     }
@@ -130,8 +173,10 @@ impl Faults {
 
     pub(crate) fn record(&self, record: RequestRecord) {
         let mut s = self.lock();
-        if s.requests.len() >= REQUEST_LOG_CAPACITY {
+        *s.counts.entry(RequestKey::of(&record)).or_default() += 1;
+        if s.requests.len() >= s.log_capacity {
             s.requests.pop_front();
+            s.dropped += 1;
         }
         s.requests.push_back(record);
     }
@@ -190,15 +235,32 @@ impl FaultHandle {
         self.0.lock().expire_watches += 1;
     }
 
-    /// Every request so far (the last 100,000), oldest first.
+    /// Every request so far (the last 100,000, or the builder's
+    /// [`request_log_capacity`](crate::SandboxBuilder::request_log_capacity)), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.0.lock().requests.iter().cloned().collect()
     }
 
-    /// Forgets the recorded requests, and restarts the in-flight peaks from the current counts.
+    /// How many requests the log has dropped (the oldest first) since the last clear: nonzero
+    /// means [`requests`](Self::requests) no longer holds them all; the counts still do.
+    pub fn requests_dropped(&self) -> u64 {
+        self.0.lock().dropped
+    }
+
+    /// Every request since the last clear, counted by user agent, verb, resource and
+    /// subresource. Unlike the log, the counts never drop a request.
+    pub fn request_counts(&self) -> BTreeMap<RequestKey, u64> {
+        let s = self.0.lock();
+        s.counts.iter().map(|(k, n)| (k.clone(), *n)).collect()
+    }
+
+    /// Forgets the recorded requests and their counts, and restarts the in-flight peaks from
+    /// the current counts.
     pub fn clear_requests(&self) {
         let mut s = self.0.lock();
         s.requests.clear();
+        s.dropped = 0;
+        s.counts.clear();
         for (now, peak) in s.in_flight.values_mut() {
             *peak = *now;
         }

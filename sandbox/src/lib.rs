@@ -56,7 +56,7 @@ mod tls;
 
 pub use authn::{Identity, UserInfo};
 pub use discovery::DEFAULT_MINOR;
-pub use faults::{FaultHandle, RequestRecord, WriteFault};
+pub use faults::{FaultHandle, RequestKey, RequestRecord, WriteFault};
 pub use rollout::RolloutHandle;
 pub use sandbox::{Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};
 pub use status::ApiError;

@@ -46,6 +46,7 @@ pub struct SandboxBuilder {
     rollout_delay: Duration,
     admission: admission::AdmissionChain,
     tokens: authn::Tokens,
+    request_log: usize,
 }
 
 impl Default for SandboxBuilder {
@@ -58,6 +59,7 @@ impl Default for SandboxBuilder {
             rollout_delay: Duration::from_millis(200),
             admission: admission::AdmissionChain::new(),
             tokens: authn::Tokens::default(),
+            request_log: faults::REQUEST_LOG_CAPACITY,
         }
     }
 }
@@ -74,6 +76,13 @@ impl SandboxBuilder {
     /// gets 410 Expired.
     pub fn event_log_capacity(mut self, events: usize) -> Self {
         self.retention.log_events = events.max(1);
+        self
+    }
+
+    /// How many of the most recent requests [`FaultHandle::requests`] keeps (default 100,000).
+    /// [`FaultHandle::request_counts`] counts every request regardless.
+    pub fn request_log_capacity(mut self, requests: usize) -> Self {
+        self.request_log = requests.max(1);
         self
     }
 
@@ -154,7 +163,7 @@ impl SandboxBuilder {
         }
         let inner = server::Inner {
             store: Arc::new(store),
-            faults: Arc::new(faults::Faults::new()),
+            faults: Arc::new(faults::Faults::new(self.request_log)),
             server_minor: self.server_minor,
             rollout: rollout::Rollouts::new(self.deployment_controller, self.rollout_delay),
             admission: self.admission,

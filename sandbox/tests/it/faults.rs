@@ -282,3 +282,69 @@ async fn the_peak_of_requests_in_flight_is_counted_per_user_agent_without_watche
     );
     watch.abort();
 }
+
+/// A client of the served sandbox that sends `user_agent`.
+fn client_as(served: &kube_sandbox::Served, user_agent: &'static str) -> kube::Client {
+    let url = format!("http://{}", served.addr()).parse().unwrap();
+    let mut config = kube::Config::new(url);
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(user_agent),
+    ));
+    kube::Client::try_from(config).unwrap()
+}
+
+#[tokio::test]
+async fn request_counts_keep_every_request_by_client_after_the_log_drops_the_oldest() {
+    let sandbox = Sandbox::builder().request_log_capacity(3).build();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (writer, reader) = (
+        client_as(&served, "writer/1"),
+        client_as(&served, "reader/1"),
+    );
+    let written: Api<ConfigMap> = Api::default_namespaced(writer);
+    for name in ["a", "b", "c", "d"] {
+        written
+            .create(&PostParams::default(), &config_map(name))
+            .await
+            .unwrap();
+    }
+    written
+        .patch(
+            "a",
+            &PatchParams::apply("writer"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "data": {"k": "v"}})),
+        )
+        .await
+        .unwrap();
+    let read: Api<ConfigMap> = Api::default_namespaced(reader);
+    read.get("a").await.unwrap();
+    read.list(&Default::default()).await.unwrap();
+
+    let faults = sandbox.faults();
+    assert_eq!(faults.requests().len(), 3, "the log keeps its capacity");
+    assert_eq!(faults.requests_dropped(), 4);
+    let count = |agent: &str, verb: &str| {
+        faults
+            .request_counts()
+            .iter()
+            .filter(|(k, _)| {
+                k.user_agent.as_deref() == Some(agent)
+                    && k.verb == verb
+                    && k.resource.as_deref() == Some("configmaps")
+            })
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+    };
+    assert_eq!(count("writer/1", "create"), 4);
+    assert_eq!(count("writer/1", "patch"), 1);
+    assert_eq!(count("reader/1", "get"), 1);
+    assert_eq!(count("reader/1", "list"), 1);
+    assert_eq!(count("reader/1", "create"), 0);
+
+    faults.clear_requests();
+    assert_eq!(faults.request_counts().len(), 0);
+    assert_eq!(faults.requests_dropped(), 0);
+    served.shutdown().await.unwrap();
+}

@@ -1,0 +1,302 @@
+//! What the bench observes of the operator and the sandbox: convergence of every MyApp, the
+//! first admitted review, the operator's reconcile count, and the binary under test.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::Command,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
+use kube::{Api, Client, api::ListParams};
+use myapp_operator::crd::{MyApp, Phase};
+use serde_json::{Value, json};
+
+/// Why one MyApp in `namespace` is not converged yet, or None once all `apps` are: the status
+/// reports the current generation, phase `Running` and every replica available; the Deployment
+/// runs the spec's image, replicas, env and port with every replica available; the Service
+/// exposes the spec's port.
+pub async fn unconverged(client: &Client, namespace: &str, apps: usize) -> Option<String> {
+    let lp = ListParams::default();
+    let list = |e: kube::Error| Some(format!("list failed: {e}"));
+    let myapps = match Api::<MyApp>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => return list(e),
+    };
+    let deployments = match Api::<Deployment>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => return list(e),
+    };
+    let services = match Api::<Service>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => return list(e),
+    };
+    if myapps.len() != apps {
+        return Some(format!("{} of {apps} MyApps exist", myapps.len()));
+    }
+    let by_name = |name: &Option<String>| name.clone().unwrap_or_default();
+    let deployments: std::collections::HashMap<_, _> = deployments
+        .iter()
+        .map(|d| (by_name(&d.metadata.name), d))
+        .collect();
+    let services: std::collections::HashMap<_, _> = services
+        .iter()
+        .map(|s| (by_name(&s.metadata.name), s))
+        .collect();
+    let mut waiting = myapps.iter().filter_map(|app| {
+        let name = by_name(&app.metadata.name);
+        let why = app_unconverged(app, deployments.get(&name), services.get(&name))?;
+        Some(format!("{namespace}/{name}: {why}"))
+    });
+    let first = waiting.next()?;
+    Some(format!("{first} (and {} more)", waiting.count()))
+}
+
+fn app_unconverged(
+    app: &MyApp,
+    deployment: Option<&&Deployment>,
+    service: Option<&&Service>,
+) -> Option<&'static str> {
+    let spec = &app.spec;
+    let Some(status) = app.status.as_ref() else {
+        return Some("no status");
+    };
+    if status.observed_generation != app.metadata.generation {
+        return Some("status does not report the current generation");
+    }
+    if status.phase != Some(Phase::Running) {
+        return Some("phase is not Running");
+    }
+    if status.available_replicas != spec.replicas {
+        return Some("status.availableReplicas differs from spec.replicas");
+    }
+    let Some(deployment) = deployment else {
+        return Some("no Deployment");
+    };
+    let Some(dspec) = deployment.spec.as_ref() else {
+        return Some("Deployment without spec");
+    };
+    if dspec.replicas != spec.replicas {
+        return Some("Deployment replicas differ from the spec");
+    }
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas);
+    if available != spec.replicas {
+        return Some("Deployment's available replicas differ from the spec");
+    }
+    let containers = dspec.template.spec.as_ref().map(|p| &p.containers);
+    let Some([container]) = containers.map(Vec::as_slice) else {
+        return Some("Deployment does not run exactly one container");
+    };
+    if container.image.as_deref() != Some(spec.image.as_str()) {
+        return Some("Deployment image differs from the spec");
+    }
+    let env: Vec<(&str, Option<&str>)> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    let want: Vec<(&str, Option<&str>)> = spec
+        .env
+        .iter()
+        .map(|e| (e.name.as_str(), Some(e.value.as_str())))
+        .collect();
+    if env != want {
+        return Some("Deployment env differs from the spec");
+    }
+    let ports = container.ports.iter().flatten();
+    if !ports.map(|p| p.container_port).eq([spec.port]) {
+        return Some("Deployment container port differs from the spec");
+    }
+    let service_ports = service
+        .and_then(|s| s.spec.as_ref())
+        .and_then(|s| s.ports.as_ref());
+    let Some(service_ports) = service_ports else {
+        return Some("no Service, or one without ports");
+    };
+    if !service_ports.iter().map(|p| p.port).eq([spec.port]) {
+        return Some("Service port differs from the spec");
+    }
+    None
+}
+
+/// Time from `started` to the first AdmissionReview of a valid MyApp that the validating
+/// webhook at `addr` answers with `allowed: true`. Refused connections are retried until
+/// `deadline`; any other answer fails.
+pub async fn first_admitted_review(
+    addr: SocketAddr,
+    started: Instant,
+    deadline: Duration,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<Duration, String> {
+    let uid = "b7a1c0de-0000-4000-8000-000000000001";
+    let object = serde_json::to_value(MyApp::test("first-review").in_namespace("load"))
+        .map_err(|e| e.to_string())?;
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "example.com", "version": "v1", "kind": "MyApp"},
+            "resource": {"group": "example.com", "version": "v1", "resource": "myapps"},
+            "name": "first-review",
+            "namespace": "load",
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": object,
+            "dryRun": false,
+        }
+    });
+    let tcp = loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(s) => break s,
+            Err(e) if started.elapsed() > deadline => {
+                return Err(format!("the webhook at {addr} refused connections: {e}"));
+            }
+            // Not a wait for a condition the bench can observe otherwise: the port is bound
+            // (it was logged), a refusal is a race with the listener's start.
+            Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    };
+    let name = rustls_pki_types::ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake with the webhook: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let request = hyper::Request::post(myapp_operator::admission::VALIDATE_PATH)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(review.to_string())))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("the validating webhook did not answer: {e}"))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let answered = started.elapsed();
+    let answer: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let admitted = status == 200
+        && answer["response"]["uid"] == uid
+        && answer["response"]["allowed"] == Value::Bool(true);
+    if !admitted {
+        return Err(format!(
+            "the validating webhook did not admit a valid MyApp: {status} {}",
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    Ok(answered)
+}
+
+/// The operator's metrics, scraped from its admin server at `admin`.
+async fn scrape(admin: SocketAddr) -> Result<String, String> {
+    let tcp = tokio::net::TcpStream::connect(admin)
+        .await
+        .map_err(|e| format!("admin server {admin}: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let request = hyper::Request::get("/metrics")
+        .header("host", admin.to_string())
+        .body(Full::new(bytes::Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("admin server {admin}: {e}"))?;
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The sum of the samples of metric `name` (every label set), None if there is none.
+fn sum(metrics: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = metrics
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// Reconciles the operator has finished, by its `myapp_reconcile_total` counter (every result:
+/// success, requeue, error).
+pub async fn reconciles(admin: SocketAddr) -> Result<u64, String> {
+    let metrics = scrape(admin).await?;
+    sum(&metrics, "myapp_reconcile_total")
+        .map(|n| n as u64)
+        .ok_or_else(|| {
+            format!(
+                "the admin server at {admin} reports no myapp_reconcile_total: the bench counts \
+             reconciles by it to know a resync or relist has reconciled every MyApp"
+            )
+        })
+}
+
+/// Whether the operator's watch caches hold a complete list (`myapp_caches_synced`).
+pub async fn caches_synced(admin: SocketAddr) -> Result<bool, String> {
+    let metrics = scrape(admin).await?;
+    Ok(sum(&metrics, "myapp_caches_synced") == Some(1.0))
+}
+
+/// The operator binary to measure: `MYAPP_BENCH_OPERATOR` if set, else the build the image
+/// ships (`--release --no-default-features`, no dev-dependency features unified), built now
+/// into its own target dir, `<target>/bench-operator`.
+pub fn operator_binary() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("MYAPP_BENCH_OPERATOR") {
+        return Ok(PathBuf::from(path));
+    }
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace.join("target"), PathBuf::from)
+        .join("bench-operator");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!(
+        "building the shipped operator binary into {}",
+        target.display()
+    );
+    let status = Command::new(cargo)
+        .current_dir(&workspace)
+        .args(["build", "--release", "--locked", "--no-default-features"])
+        .args(["--bin", "myapp-operator", "--target-dir"])
+        .arg(&target)
+        .status()
+        .map_err(|e| format!("running cargo to build the operator: {e}"))?;
+    if !status.success() {
+        return Err(format!("building the operator binary failed: {status}"));
+    }
+    Ok(target.join("release").join("myapp-operator"))
+}
