@@ -17,10 +17,10 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use myapp_operator::admission::{self, AdmissionConfig, MUTATE_PATH, VALIDATE_PATH};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use serde_json::{Value, json};
 use tokio::{net::TcpStream, sync::Mutex};
 use tower::ServiceExt as _;
+use webhook::testing::TestCa;
 
 fn config() -> AdmissionConfig {
     AdmissionConfig {
@@ -180,21 +180,11 @@ async fn validating_answer(review: Bytes) -> Bytes {
 
 async fn start_tls_server(review: Bytes) -> Tls {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(
-        ca_params,
-        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap(),
-    )
-    .unwrap();
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let cert = CertificateParams::new(vec!["webhook.bench.svc".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
+    let ca = TestCa::new("admission bench ca");
+    let pair = ca.issue(&["webhook.bench.svc"]);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
-    std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("tls.crt"), &pair.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &pair.key_pem).unwrap();
 
     // The baseline: a route that reads the review as the webhook routes do, and answers a fixed
     // body as small as theirs (not the 2.3 KB review: sending that back cost more than the
@@ -218,16 +208,7 @@ async fn start_tls_server(review: Bytes) -> Tls {
     let cold = handle.warm_up().await.unwrap();
     eprintln!("first (warm-up) TLS handshake: {cold:?}");
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der().clone()).unwrap();
-    let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = ca.client_config(rustls::DEFAULT_VERSIONS, &[b"http/1.1"]);
     Tls {
         _dir: dir,
         _shutdown: shutdown,
