@@ -214,16 +214,24 @@ pub async fn reconcile_while_leading(
             },
         );
         let mut lost = leading.clone();
-        // In-flight reconciles get their deadline to finish; a controller whose caches never
-        // synced (API unreachable) would otherwise wait for them forever.
+        // In-flight reconciles get their deadline to finish. Reconciles wait for every
+        // cache's first list before they read or write, so a controller whose caches never
+        // synced (API unreachable, a list forbidden) has nothing in flight: it stops at once
+        // instead of waiting for reconciles that would wait forever.
+        let synced = parts.metrics.caches_synced.clone();
         let overdue = async {
             stop.cancelled().await;
+            if synced.get() == 0 {
+                info!("Caches never synced: stopped without waiting for reconciles");
+                return;
+            }
             tokio::time::sleep(config.reconcile_timeout).await;
+            warn!("Controller did not stop within the reconcile deadline: dropped it");
         };
         tokio::select! {
             () = controller => {}
             Ok(_) = lost.wait_for(|l| !*l) => warn!("Lost the lease: stopped reconciling"),
-            () = overdue => warn!("Controller did not stop within the reconcile deadline: dropped it"),
+            () = overdue => {}
         }
         parts.metrics.leader.set(0);
         parts.metrics.caches_synced.set(0);
