@@ -14,7 +14,10 @@
 //! `--release --no-default-features` into `<target>/bench-operator`), `MYAPP_BENCH_WRAPPER` (a
 //! command prefix, e.g. a profiler: `heaptrack -o /tmp/operator`), `MYAPP_BENCH_USER_AGENT`
 //! (the operator's user agent; default `myapp_operator::run::USER_AGENT`), `MYAPP_BENCH_THREADS`
-//! (worker threads of the bench's runtime, which serves the sandbox; default CONCURRENCY + 2).
+//! (worker threads of the bench's runtime, which serves the sandbox; default CONCURRENCY + 2),
+//! `MYAPP_BENCH_ROLLOUT_MS` (how long the sandbox's simulated rollout of a new Deployment
+//! template takes; default 1500, longer than a second as in a cluster, so the operator's
+//! writes while a rollout runs are counted as a cluster would draw them).
 
 #[path = "operator/probe.rs"]
 mod probe;
@@ -47,6 +50,25 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// CPU time, user plus system, that `pid` has used so far: fields 14 and 15 of
+/// /proc/<pid>/stat, in clock ticks of 1/100 s (`USER_HZ`, fixed at 100 in Linux's ABI).
+fn cpu_seconds(pid: u32) -> Outcome<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("reading /proc/{pid}/stat for the operator's CPU time: {e}"))?;
+    // The command name (field 2) may hold spaces; the fields after it are plain numbers.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    match (tick(11), tick(12)) {
+        (Some(user), Some(system)) => Ok((user + system) as f64 / 100.0),
+        _ => Err(format!(
+            "/proc/{pid}/stat has no utime/stime fields: {stat:?}"
+        )),
+    }
 }
 
 /// Resident memory in MiB, with its anonymous (heap, stacks) and file-backed (the binary's
@@ -143,13 +165,19 @@ fn main() -> ExitCode {
 async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let binary = probe::operator_binary()?;
     let agent = std::env::var("MYAPP_BENCH_USER_AGENT").unwrap_or_else(|_| USER_AGENT.into());
+    let rollout = Duration::from_millis(
+        std::env::var("MYAPP_BENCH_ROLLOUT_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(1500),
+    );
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     // The bench reads the sandbox's request counts, never its (truncating) request log.
     let sandbox = kube_sandbox::Sandbox::builder()
         .namespace("load")
         .namespace("baseline")
-        .rollout_delay(Duration::from_millis(10))
+        .rollout_delay(rollout)
         .event_log_capacity(200_000)
         .request_log_capacity(1_000)
         .build();
@@ -239,8 +267,10 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let watches = watched.len();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss(pid);
+    let idle_kib = status_kib(pid, "VmRSS");
 
     sandbox.faults().clear_requests();
+    let cpu_idle = cpu_seconds(pid)?;
     let load = Api::<MyApp>::namespaced(client.clone(), "load");
     let create_start = Instant::now();
     stream::iter(0..apps)
@@ -286,12 +316,16 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         ));
     }
     let loaded_rss = rss(pid);
+    let loaded_kib = status_kib(pid, "VmRSS");
+    let cpu_converging = cpu_seconds(pid)? - cpu_idle;
 
     // A resync: every MyApp's requeue comes due (10 s, jittered) and it is reconciled again.
     sandbox.faults().clear_requests();
     let mark = probe::reconciles(admin).await?;
+    let cpu_before = cpu_seconds(pid)?;
     reconciled(admin, mark, apps, "a resync of every MyApp").await?;
     let resync = requests::of(&sandbox, &agent);
+    let cpu_resync = cpu_seconds(pid)? - cpu_before;
 
     // A relist of every watch, as after an API server restart: each resumes, gets 410 Gone and
     // lists again (the reflector holds a second copy of its cache until the list is done), and
@@ -303,6 +337,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     }
     sandbox.faults().close_watches();
     let relist_start = Instant::now();
+    let cpu_before = cpu_seconds(pid)?;
     let peak_kib = std::cell::Cell::new(0);
     wait_until(
         "a relist of every watch",
@@ -328,6 +363,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     reconciled(admin, mark, apps, "every MyApp reconciled after the relist").await?;
     let relist = requests::of(&sandbox, &agent);
     let relisted_rss = rss(pid);
+    let cpu_relist = cpu_seconds(pid)? - cpu_before;
 
     // Baseline: the same three writes per MyApp, issued directly with the same concurrency.
     let baseline = Api::<MyApp>::namespaced(client.clone(), "baseline");
@@ -377,7 +413,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let operator_rate = apps as f64 / converged_after.as_secs_f64();
     let loader_rate = apps as f64 / loader.as_secs_f64();
     let size = std::fs::metadata(&binary).map_or(0, |m| m.len());
-    println!("apps={apps} concurrency={concurrency}");
+    let per_app_ms = |cpu: f64| cpu * 1000.0 / apps as f64;
+    println!("apps={apps} concurrency={concurrency} simulated rollout={rollout:?}");
     println!(
         "binary: {} ({:.1} MB); requests attributed by User-Agent {agent:?}",
         binary.display(),
@@ -395,21 +432,30 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         "operator requests while converging: {}",
         converging.per_app(apps)
     );
-    println!("RSS with {apps} MyApps + children cached: {loaded_rss}");
+    println!(
+        "operator CPU while converging: {cpu_converging:.2} s = {:.3} ms per MyApp",
+        per_app_ms(cpu_converging)
+    );
+    println!(
+        "RSS with {apps} MyApps + children cached: {loaded_rss}; {:.1} KiB per MyApp over idle",
+        loaded_kib.saturating_sub(idle_kib) as f64 / apps as f64
+    );
     println!(
         "operator requests in flight at once (watches excepted): at most {peak_in_flight}; watches open: {watches}"
     );
     println!(
-        "operator requests during a resync of every MyApp: {}",
-        resync.per_app(apps)
+        "operator requests during a resync of every MyApp: {}; CPU {cpu_resync:.2} s = {:.3} ms per MyApp",
+        resync.per_app(apps),
+        per_app_ms(cpu_resync)
     );
     println!(
         "forced relist of every watch: done after {relisted_after:?}, RSS peak (sampled every 20 ms) {:.1} MiB; once every MyApp was reconciled again {relisted_rss}",
         peak_kib.get() as f64 / 1024.0
     );
     println!(
-        "operator requests during the relist: {}",
-        relist.per_app(apps)
+        "operator requests during the relist: {}; CPU until every MyApp was reconciled again {cpu_relist:.2} s = {:.3} ms per MyApp",
+        relist.per_app(apps),
+        per_app_ms(cpu_relist)
     );
     println!(
         "no-op loader (same writes, same concurrency): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",
