@@ -193,8 +193,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     bundle.write_to(&dir.path().join("certs")).unwrap();
     let tls = kube_sandbox::testing::tls_client_trusting(&bundle.ca_pem);
 
-    // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`
-    // (the RSS figures then measure the wrapper, not the operator).
+    // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`; RSS
+    // and CPU are then read from the operator's own process, found under the wrapper.
     let wrapper = std::env::var("MYAPP_BENCH_WRAPPER").unwrap_or_default();
     let mut command: Vec<&std::ffi::OsStr> = wrapper
         .split_whitespace()
@@ -230,8 +230,12 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         .map_err(|e| format!("starting {}: {e}", binary.display()))?;
     let lines = log_lines(&mut child);
     let child = Reap(child);
-    let pid = child.0.id();
     let admin = wait_for_addr(&lines, "Admin server listening");
+    let pid = if wrapper.is_empty() {
+        child.0.id()
+    } else {
+        probe::operator_under(child.0.id(), &binary)?
+    };
     let webhook = wait_for_addr(&lines, "Webhook serving");
     let serving = started.elapsed();
     std::thread::spawn(move || lines.into_iter().for_each(drop));

@@ -300,3 +300,45 @@ pub fn operator_binary() -> Result<PathBuf, String> {
     }
     Ok(target.join("release").join("myapp-operator"))
 }
+
+/// The process running `binary` among the descendants of `wrapper` (a profiler that runs the
+/// operator as its child), so that RSS and CPU are the operator's and not the wrapper's. Fails
+/// when there is none, rather than measure the wrapper.
+pub fn operator_under(wrapper: u32, binary: &std::path::Path) -> Result<u32, String> {
+    let binary = std::fs::canonicalize(binary).map_err(|e| format!("{}: {e}", binary.display()))?;
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let descends = |mut pid: u32| {
+        while pid > 1 {
+            if pid == wrapper {
+                return true;
+            }
+            let Some(next) = parent(pid) else {
+                return false;
+            };
+            pid = next;
+        }
+        false
+    };
+    let processes = std::fs::read_dir("/proc").map_err(|e| format!("reading /proc: {e}"))?;
+    processes
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == binary)
+                && descends(pid)
+        })
+        .ok_or_else(|| {
+            format!(
+                "no process runs {} under the wrapper (pid {wrapper}): its RSS and CPU would \
+                 be the wrapper's, so the bench stops",
+                binary.display()
+            )
+        })
+}
