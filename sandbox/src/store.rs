@@ -11,6 +11,9 @@ use tokio::sync::watch;
 use crate::defaults::Defaulter;
 use crate::registry::{Registry, ResourceType};
 
+mod gc;
+pub use gc::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER, Propagation};
+
 /// Where objects of one resource live: (group, plural).
 pub type Resource = (String, String);
 
@@ -153,6 +156,9 @@ pub struct State {
     /// written again since: `event_deadlines` holds its current deadline).
     event_expiry: VecDeque<(Instant, ObjectKey)>,
     event_deadlines: HashMap<ObjectKey, Instant>,
+    /// Owners being deleted in the foreground or orphaning, waiting for a collector pass.
+    gc_queue: Vec<ObjectKey>,
+    gc_running: bool,
     /// The served resource types.
     pub registry: Registry,
     /// Built-in defaults, with the Service cluster IPs in use.
@@ -182,6 +188,8 @@ impl Store {
                 dependents: HashMap::new(),
                 event_expiry: VecDeque::new(),
                 event_deadlines: HashMap::new(),
+                gc_queue: Vec::new(),
+                gc_running: false,
                 registry: Registry::builtin(),
                 defaulter: Defaulter::new(),
             }),
@@ -426,9 +434,7 @@ impl State {
                 return Some(current);
             }
             let mut marked = current;
-            let meta = meta_mut(&mut marked);
-            meta.insert("deletionTimestamp".into(), json!(now()));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            gc::mark_deleting(&mut marked);
             return Some(self.put(&rt, marked, EventType::Modified));
         }
         if rt.kind == "Namespace" && rt.group.is_empty() {
@@ -503,6 +509,7 @@ impl State {
         if let Some(uid) = meta_str(&obj, "uid").map(String::from) {
             self.collect_dependents(&uid, orphan);
         }
+        self.dependent_removed(&obj);
         if !ns.is_empty() {
             self.finish_terminating_namespace(ns);
         }
