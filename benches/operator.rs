@@ -150,6 +150,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         .namespace("load")
         .namespace("baseline")
         .rollout_delay(Duration::from_millis(10))
+        // Status only: thousands of simulated Pods would slow every list and watch measured.
+        .simulate_pods(false)
         .event_log_capacity(200_000)
         .request_log_capacity(1_000)
         .build();
