@@ -67,6 +67,31 @@ pub(crate) fn controlled(state: &State, resource: (&str, &str), uid: &str) -> Ve
         .collect()
 }
 
+/// The name of the object's controller (its owner reference with `controller: true`) if that
+/// is of `kind`.
+fn controller_named<'a>(obj: &'a Value, kind: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true && r["kind"] == kind)?["name"]
+        .as_str()
+}
+
+/// The Deployment that controls a Pod (through its ReplicaSet) or a ReplicaSet, by name.
+pub(crate) fn owning_deployment(state: &State, obj: &Value) -> Option<String> {
+    let ns = meta_str(obj, "namespace").unwrap_or("");
+    let rs = match obj["kind"].as_str() {
+        Some("ReplicaSet") => obj.clone(),
+        Some("Pod") => {
+            let name = controller_named(obj, "ReplicaSet")?;
+            let res = ("apps".to_string(), "replicasets".to_string());
+            state.get(&res, ns, name)?.clone()
+        }
+        _ => return None,
+    };
+    controller_named(&rs, "Deployment").map(String::from)
+}
+
 /// The server-set metadata of a created object: uid, creationTimestamp, and generation 1.
 pub(crate) fn stamp_created(obj: &mut Value, generation: bool) {
     let meta = meta_mut(obj);

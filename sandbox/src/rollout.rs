@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::controllers::{deployment, kubelet};
+use crate::controllers::{self, deployment, kubelet};
 use crate::store::{EventType, Store, now};
 
 pub(crate) struct Rollouts {
@@ -143,6 +143,32 @@ pub(crate) fn deployment_written(rollouts: &Arc<Rollouts>, store: &Arc<Store>, d
         state.put(&rt, updated, EventType::Modified);
         tracing::debug!(%ns, %name, generation, failing, "Simulated rollout");
     });
+}
+
+/// Called after a DELETE: a Pod or ReplicaSet that a simulated Deployment controls is made
+/// again, as the ReplicaSet and Deployment controllers react to what their informers see.
+pub(crate) fn dependent_deleted(rollouts: &Arc<Rollouts>, store: &Arc<Store>, deleted: &Value) {
+    if !rollouts.enabled.load(Ordering::SeqCst) || !rollouts.pods.load(Ordering::SeqCst) {
+        return;
+    }
+    let Some(ns) = deleted
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    else {
+        return;
+    };
+    let Some(name) = controllers::owning_deployment(&store.lock(), deleted) else {
+        return;
+    };
+    if rollouts.excludes(ns, &name) {
+        return;
+    }
+    tokio::spawn(roll_out(
+        rollouts.clone(),
+        store.clone(),
+        ns.to_string(),
+        name,
+    ));
 }
 
 /// Drives one Deployment's rollout: a controller pass makes Pods, the kubelet starts them after

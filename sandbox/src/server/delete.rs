@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::context::{Ctx, Selectors, json_response, parse_body, read_current};
 use super::write::{admission_attributes, rejected, webhook_configurations};
 use crate::admission::Operation;
+use crate::rollout;
 use crate::status::ApiError;
 use crate::store::{Propagation, meta_str};
 
@@ -47,6 +48,9 @@ pub(super) async fn delete_request(ctx: &mut Ctx, body: &[u8]) -> Result<Respons
         let (store, res, ns) = (ctx.inner.store.clone(), ctx.rt.storage(), ctx.ns.clone());
         let name = ctx.name().to_string();
         tokio::spawn(async move { store.lock().collect_deleting(&res, &ns, &name) });
+    }
+    if !ctx.dry_run {
+        rollout::dependent_deleted(&ctx.inner.rollout, &ctx.inner.store, &deleted);
     }
     let still_there = ctx
         .inner

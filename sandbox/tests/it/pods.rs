@@ -674,3 +674,38 @@ async fn kubectl_delete_cascades_in_the_foreground_and_orphans_on_request() {
     assert_eq!(pods.len(), 1);
     assert!(pods[0].name_any().starts_with("orphaned-"));
 }
+
+#[tokio::test]
+async fn a_deleted_pod_or_replica_set_is_made_again_by_its_controllers() {
+    let sandbox = sandbox();
+    let apis = Apis::new(&client(&sandbox));
+    apis.deployments
+        .create(&PostParams::default(), &deployment("web", 2, "nginx"))
+        .await
+        .unwrap();
+    apis.rolled_out("web").await;
+    let gone = apis.pods().await.remove(0).name_any();
+    apis.pods
+        .delete(&gone, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the ReplicaSet replaces its Pod", || async {
+        let names: Vec<String> = apis.pods().await.iter().map(|p| p.name_any()).collect();
+        (names.len() == 2 && !names.contains(&gone)).then_some(())
+    })
+    .await;
+
+    let rs = apis.replica_sets().await.remove(0);
+    apis.replica_sets
+        .delete(&rs.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    let again = eventually("the Deployment makes its ReplicaSet again", || async {
+        let made = apis.replica_sets().await.pop()?;
+        (made.metadata.uid != rs.metadata.uid).then_some(made)
+    })
+    .await;
+    assert_eq!(again.name_any(), rs.name_any(), "the same template hash");
+    apis.rolled_out("web").await;
+    assert_eq!(apis.pods().await.len(), 2);
+}
