@@ -6,50 +6,10 @@
 
 use serde_json::{Value, json};
 
-use super::{EventType, ObjectKey, Resource, State, finalizers, meta_mut, meta_str, now};
-
-/// The finalizer that keeps an owner until its blocking dependents are gone.
-pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
-/// The finalizer that keeps an owner until its dependents no longer name it.
-pub const ORPHAN_FINALIZER: &str = "orphan";
-
-/// What a DELETE does to the objects that name the deleted one as owner
-/// (`DeleteOptions.propagationPolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Propagation {
-    /// The owner goes now; the collector deletes its dependents after (the default).
-    Background,
-    /// The owner stays, being deleted, until the dependents that block it are gone.
-    Foreground,
-    /// The owner goes once its dependents no longer name it; they stay.
-    Orphan,
-}
-
-impl Propagation {
-    /// The finalizer the API server adds for this policy, if any.
-    fn finalizer(self) -> Option<&'static str> {
-        match self {
-            Propagation::Background => None,
-            Propagation::Foreground => Some(FOREGROUND_FINALIZER),
-            Propagation::Orphan => Some(ORPHAN_FINALIZER),
-        }
-    }
-}
-
-/// Marks an object as being deleted, as `markAsDeleting` does: the first time, its generation
-/// (if it has one) goes up, so controllers see a change they must act on.
-pub(super) fn mark_deleting(obj: &mut Value) {
-    let meta = meta_mut(obj);
-    if meta.get("deletionTimestamp").is_none() {
-        if let Some(generation) = meta.get("generation").and_then(Value::as_i64)
-            && generation > 0
-        {
-            meta.insert("generation".into(), json!(generation + 1));
-        }
-        meta.insert("deletionTimestamp".into(), json!(now()));
-        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-    }
-}
+use super::{
+    EventType, FOREGROUND_FINALIZER, ORPHAN_FINALIZER, ObjectKey, Propagation, Resource, State,
+    finalizers, mark_deleting, meta_mut, meta_str,
+};
 
 fn blocks_owner(reference: &Value, uid: &str) -> bool {
     reference["uid"] == uid && reference["blockOwnerDeletion"] == true
