@@ -178,6 +178,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         .namespace("load")
         .namespace("baseline")
         .rollout_delay(rollout)
+        // Status only: thousands of simulated Pods would slow every list and watch measured.
+        .simulate_pods(false)
         .event_log_capacity(200_000)
         .request_log_capacity(1_000)
         .build();

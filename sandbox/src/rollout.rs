@@ -1,5 +1,6 @@
-//! A simulated Deployment controller: after a delay it writes the status a finished (or failed)
-//! rollout would have.
+//! The simulated Deployment controller's switches, and what a Deployment write sets off: with
+//! Pods simulated, its ReplicaSets and Pods (`controllers/`), whose kubelet starts them after the
+//! rollout delay; without, after the delay, the status a finished (or failed) rollout would have.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,10 +9,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::controllers::{self, deployment, kubelet};
 use crate::store::{EventType, Store, now};
 
 pub(crate) struct Rollouts {
     enabled: AtomicBool,
+    /// Whether ReplicaSets and Pods are simulated (else only the Deployment's status is written).
+    pods: AtomicBool,
     fail: AtomicBool,
     delay: Mutex<Duration>,
     /// Deployments (namespace, name) whose status the caller writes itself.
@@ -19,9 +23,10 @@ pub(crate) struct Rollouts {
 }
 
 impl Rollouts {
-    pub(crate) fn new(enabled: bool, delay: Duration) -> Arc<Self> {
+    pub(crate) fn new(enabled: bool, pods: bool, delay: Duration) -> Arc<Self> {
         Arc::new(Rollouts {
             enabled: AtomicBool::new(enabled),
+            pods: AtomicBool::new(pods),
             fail: AtomicBool::new(false),
             delay: Mutex::new(delay),
             excluded: Mutex::default(),
@@ -48,6 +53,12 @@ impl RolloutHandle {
     /// Turns the simulated controller on or off (off: Deployment status is never written).
     pub fn set_enabled(&self, enabled: bool) {
         self.0.enabled.store(enabled, Ordering::SeqCst);
+    }
+
+    /// Whether the controller creates ReplicaSets and Pods (on by default; off, it only writes
+    /// the Deployment's status after the delay, which keeps large benchmarks fast).
+    pub fn set_pods(&self, pods: bool) {
+        self.0.pods.store(pods, Ordering::SeqCst);
     }
 
     /// Makes later rollouts fail with `ProgressDeadlineExceeded` (or succeed again).
@@ -99,6 +110,10 @@ pub(crate) fn deployment_written(rollouts: &Arc<Rollouts>, store: &Arc<Store>, d
     }
     let (ns, name) = (ns.to_string(), name.to_string());
     let (rollouts, store) = (rollouts.clone(), store.clone());
+    if rollouts.pods.load(Ordering::SeqCst) {
+        tokio::spawn(roll_out(rollouts, store, ns, name));
+        return;
+    }
     let delay = rollouts.delay();
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
@@ -128,6 +143,50 @@ pub(crate) fn deployment_written(rollouts: &Arc<Rollouts>, store: &Arc<Store>, d
         state.put(&rt, updated, EventType::Modified);
         tracing::debug!(%ns, %name, generation, failing, "Simulated rollout");
     });
+}
+
+/// Called after a DELETE: a Pod or ReplicaSet that a simulated Deployment controls is made
+/// again, as the ReplicaSet and Deployment controllers react to what their informers see.
+pub(crate) fn dependent_deleted(rollouts: &Arc<Rollouts>, store: &Arc<Store>, deleted: &Value) {
+    if !rollouts.enabled.load(Ordering::SeqCst) || !rollouts.pods.load(Ordering::SeqCst) {
+        return;
+    }
+    let Some(ns) = deleted
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    else {
+        return;
+    };
+    let Some(name) = controllers::owning_deployment(&store.lock(), deleted) else {
+        return;
+    };
+    if rollouts.excludes(ns, &name) {
+        return;
+    }
+    tokio::spawn(roll_out(
+        rollouts.clone(),
+        store.clone(),
+        ns.to_string(),
+        name,
+    ));
+}
+
+/// Drives one Deployment's rollout: a controller pass makes Pods, the kubelet starts them after
+/// the delay, and the next pass goes on, until a pass makes no Pod.
+async fn roll_out(rollouts: Arc<Rollouts>, store: Arc<Store>, ns: String, name: String) {
+    loop {
+        let created = deployment::sync(&mut store.lock(), &ns, &name);
+        if created.is_empty() {
+            return;
+        }
+        tokio::time::sleep(rollouts.delay()).await;
+        if !rollouts.enabled.load(Ordering::SeqCst) {
+            return;
+        }
+        let failing = rollouts.fail.load(Ordering::SeqCst);
+        kubelet::start(&mut store.lock(), &ns, &created, failing);
+        tracing::debug!(%ns, %name, pods = created.len(), failing, "Simulated pods started");
+    }
 }
 
 fn rollout_status(deployment: &Value, generation: i64, failing: bool) -> Value {

@@ -43,6 +43,7 @@ pub struct SandboxBuilder {
     retention: store::Retention,
     namespaces: Vec<String>,
     deployment_controller: bool,
+    simulate_pods: bool,
     rollout_delay: Duration,
     admission: admission::AdmissionChain,
     tokens: authn::Tokens,
@@ -56,6 +57,7 @@ impl Default for SandboxBuilder {
             retention: store::Retention::default(),
             namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             deployment_controller: true,
+            simulate_pods: true,
             rollout_delay: Duration::from_millis(200),
             admission: admission::AdmissionChain::new(),
             tokens: authn::Tokens::default(),
@@ -112,6 +114,15 @@ impl SandboxBuilder {
         self
     }
 
+    /// Whether the simulated Deployment controller creates ReplicaSets and Pods, as
+    /// kube-controller-manager and a kubelet would (default on). Off, it writes only the
+    /// Deployment's status after the delay: for benchmarks, where thousands of Pods would slow
+    /// every list and watch.
+    pub fn simulate_pods(mut self, enabled: bool) -> Self {
+        self.simulate_pods = enabled;
+        self
+    }
+
     /// How long a simulated rollout takes before its status is written.
     pub fn rollout_delay(mut self, delay: Duration) -> Self {
         self.rollout_delay = delay;
@@ -165,7 +176,11 @@ impl SandboxBuilder {
             store: Arc::new(store),
             faults: Arc::new(faults::Faults::new(self.request_log)),
             server_minor: self.server_minor,
-            rollout: rollout::Rollouts::new(self.deployment_controller, self.rollout_delay),
+            rollout: rollout::Rollouts::new(
+                self.deployment_controller,
+                self.simulate_pods,
+                self.rollout_delay,
+            ),
             admission: self.admission,
             served: Mutex::new(None),
             tokens: self.tokens,

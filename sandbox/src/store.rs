@@ -11,6 +11,9 @@ use tokio::sync::watch;
 use crate::defaults::Defaulter;
 use crate::registry::{Registry, ResourceType};
 
+/// Deletion with a propagation policy: the garbage collector's finalizers.
+mod gc;
+
 /// Where objects of one resource live: (group, plural).
 pub type Resource = (String, String);
 
@@ -101,6 +104,49 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The finalizer that keeps an owner until its blocking dependents are gone.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+/// The finalizer that keeps an owner until its dependents no longer name it.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+/// What a DELETE does to the objects that name the deleted one as owner
+/// (`DeleteOptions.propagationPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// The owner goes now; the collector deletes its dependents after (the default).
+    Background,
+    /// The owner stays, being deleted, until the dependents that block it are gone.
+    Foreground,
+    /// The owner goes once its dependents no longer name it; they stay.
+    Orphan,
+}
+
+impl Propagation {
+    /// The finalizer the API server adds for this policy, if any.
+    fn finalizer(self) -> Option<&'static str> {
+        match self {
+            Propagation::Background => None,
+            Propagation::Foreground => Some(FOREGROUND_FINALIZER),
+            Propagation::Orphan => Some(ORPHAN_FINALIZER),
+        }
+    }
+}
+
+/// Marks an object as being deleted, as `markAsDeleting` does: the first time, its generation
+/// (if it has one) goes up, so controllers see a change they must act on.
+fn mark_deleting(obj: &mut Value) {
+    let meta = meta_mut(obj);
+    if meta.get("deletionTimestamp").is_none() {
+        if let Some(generation) = meta.get("generation").and_then(Value::as_i64)
+            && generation > 0
+        {
+            meta.insert("generation".into(), json!(generation + 1));
+        }
+        meta.insert("deletionTimestamp".into(), json!(now()));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    }
+}
+
 /// How long the event log and Events are kept.
 #[derive(Clone, Copy, Debug)]
 pub struct Retention {
@@ -153,6 +199,9 @@ pub struct State {
     /// written again since: `event_deadlines` holds its current deadline).
     event_expiry: VecDeque<(Instant, ObjectKey)>,
     event_deadlines: HashMap<ObjectKey, Instant>,
+    /// Owners being deleted in the foreground or orphaning, waiting for a collector pass.
+    gc_queue: Vec<ObjectKey>,
+    gc_running: bool,
     /// The served resource types.
     pub registry: Registry,
     /// Built-in defaults, with the Service cluster IPs in use.
@@ -182,6 +231,8 @@ impl Store {
                 dependents: HashMap::new(),
                 event_expiry: VecDeque::new(),
                 event_deadlines: HashMap::new(),
+                gc_queue: Vec::new(),
+                gc_running: false,
                 registry: Registry::builtin(),
                 defaulter: Defaulter::new(),
             }),
@@ -426,9 +477,7 @@ impl State {
                 return Some(current);
             }
             let mut marked = current;
-            let meta = meta_mut(&mut marked);
-            meta.insert("deletionTimestamp".into(), json!(now()));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            mark_deleting(&mut marked);
             return Some(self.put(&rt, marked, EventType::Modified));
         }
         if rt.kind == "Namespace" && rt.group.is_empty() {
@@ -503,6 +552,7 @@ impl State {
         if let Some(uid) = meta_str(&obj, "uid").map(String::from) {
             self.collect_dependents(&uid, orphan);
         }
+        self.dependent_removed(&obj);
         if !ns.is_empty() {
             self.finish_terminating_namespace(ns);
         }

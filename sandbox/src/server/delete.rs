@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 use super::context::{Ctx, Selectors, json_response, parse_body, read_current};
 use super::write::{admission_attributes, rejected, webhook_configurations};
 use crate::admission::Operation;
+use crate::rollout;
 use crate::status::ApiError;
-use crate::store::meta_str;
+use crate::store::{Propagation, meta_str};
 
 /// DELETE through the webhooks (object null, oldObject the stored object).
 async fn admit_delete(ctx: &mut Ctx, current: &Value, options: &Value) -> Result<(), ApiError> {
@@ -40,7 +41,17 @@ pub(super) async fn delete_request(ctx: &mut Ctx, body: &[u8]) -> Result<Respons
     } else {
         parse_body(body)?
     };
-    let deleted = delete(ctx, &options).await?;
+    let policy = propagation(ctx, &options)?;
+    let deleted = delete(ctx, &options, policy).await?;
+    if policy != Propagation::Background && !ctx.dry_run {
+        // The garbage collector finishes a foreground or orphaning delete after the answer.
+        let (store, res, ns) = (ctx.inner.store.clone(), ctx.rt.storage(), ctx.ns.clone());
+        let name = ctx.name().to_string();
+        tokio::spawn(async move { store.lock().collect_deleting(&res, &ns, &name) });
+    }
+    if !ctx.dry_run {
+        rollout::dependent_deleted(&ctx.inner.rollout, &ctx.inner.store, &deleted);
+    }
     let still_there = ctx
         .inner
         .store
@@ -66,18 +77,43 @@ pub(super) async fn delete_request(ctx: &mut Ctx, body: &[u8]) -> Result<Respons
     Ok(json_response(StatusCode::OK, &status, &ctx.warnings))
 }
 
-async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {
+/// The propagation policy of a DELETE, from its options or query (`orphanDependents` is the
+/// deprecated spelling of `Orphan`), as `rest.BeforeDelete` checks it.
+fn propagation(ctx: &Ctx, options: &Value) -> Result<Propagation, ApiError> {
+    let policy = options
+        .get("propagationPolicy")
+        .and_then(Value::as_str)
+        .or_else(|| ctx.query.get("propagationPolicy").map(String::as_str));
+    let orphan_dependents = options.get("orphanDependents").and_then(Value::as_bool);
+    if let (Some(policy), Some(_)) = (policy, orphan_dependents) {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Invalid value: \"{policy}\": orphanDependents and deletionPropagation cannot be both set"
+            ),
+        ));
+    }
+    match (policy, orphan_dependents) {
+        (Some("Foreground"), _) => Ok(Propagation::Foreground),
+        (Some("Orphan"), _) | (None, Some(true)) => Ok(Propagation::Orphan),
+        (Some("Background") | None, _) => Ok(Propagation::Background),
+        (Some(other), _) => Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            ),
+        )),
+    }
+}
+
+async fn delete(ctx: &mut Ctx, options: &Value, policy: Propagation) -> Result<Value, ApiError> {
     if ctx.path.sub.is_some() {
         return Err(ApiError::method_not_allowed(
             "delete is not allowed on a subresource",
         ));
     }
-    let orphan = options.get("propagationPolicy").and_then(Value::as_str) == Some("Orphan")
-        || options.get("orphanDependents").and_then(Value::as_bool) == Some(true)
-        || ctx
-            .query
-            .get("propagationPolicy")
-            .is_some_and(|p| p == "Orphan");
     let dry_run = ctx.dry_run
         || options
             .get("dryRun")
@@ -117,7 +153,7 @@ async fn delete(ctx: &mut Ctx, options: &Value) -> Result<Value, ApiError> {
         return Ok(current);
     }
     state
-        .delete(&ctx.rt.storage(), &ctx.ns, &name, orphan)
+        .delete_propagating(&ctx.rt.storage(), &ctx.ns, &name, policy)
         .ok_or_else(|| ApiError::not_found(&ctx.rt, &name))
 }
 

@@ -8,6 +8,7 @@ mod kube_client;
 mod kubectl;
 mod kubectl_auth;
 mod managed_fields;
+mod pods;
 mod rbac;
 mod retention;
 mod strict;
