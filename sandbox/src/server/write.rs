@@ -155,9 +155,14 @@ pub(super) async fn admit(
     }
     if operation == Operation::Create {
         assign_name(ctx, &mut obj).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
+        fill_system_fields(ctx, &mut obj);
     }
     validate_object(ctx, &mut obj, old).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
     if !validating.is_empty() {
+        // A generated name reaches the validating webhooks (`AdmissionToValidateObjectFunc`).
+        if attributes.name.is_empty() {
+            attributes.name = meta_str(&obj, "name").unwrap_or("").to_owned();
+        }
         attributes.object = Some(obj.clone());
         let validated = ctx
             .inner
@@ -168,6 +173,26 @@ pub(super) async fn admit(
         ctx.warnings.extend(validated.warnings);
     }
     Ok(obj)
+}
+
+/// What the registry store sets on a new object after mutating admission and before validation
+/// and validating admission: `uid` and `creationTimestamp` (`FillObjectMetaSystemFields`, at the
+/// start of `Store.create` in `apiserver/pkg/registry/generic/registry/store.go`), and
+/// `generation` 1 for kinds that keep one and no `status` for kinds with a status subresource
+/// (their strategy's `PrepareForCreate`), so a status a mutating webhook adds is dropped too.
+fn fill_system_fields(ctx: &Ctx, obj: &mut Value) {
+    let meta = meta_mut(obj);
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now()));
+    if ctx.rt.generation {
+        meta.insert("generation".into(), json!(1));
+    }
+    if ctx.rt.status_subresource
+        && !(ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty())
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
+    }
 }
 
 /// Admission of a `/scale` write, as kube-apiserver does it: the chain sees `autoscaling/v1`
@@ -293,21 +318,30 @@ pub(super) fn admission_attributes(
     attributes.dry_run = ctx.dry_run;
     // The requester, as the real server sends it (the admin when authentication is off).
     attributes.user_info = ctx.attrs.user.to_api();
-    let options_kind = match operation {
+    attributes.options = Some(write_options(ctx, operation));
+    attributes
+}
+
+/// The options a write's review carries: what the query asked, unfilled by defaults. A PATCH is
+/// reviewed with `UpdateOptions`, or `CreateOptions` when it creates (`patchToUpdateOptions`,
+/// `patchToCreateOptions` in `apiserver/pkg/endpoints/handlers/patch.go`): never
+/// `PatchOptions`, so `force` does not reach webhooks. DELETE replaces these with its own.
+fn write_options(ctx: &Ctx, operation: Operation) -> Value {
+    let kind = match operation {
         Operation::Create => "CreateOptions",
         Operation::Delete => "DeleteOptions",
-        _ if ctx.patch => "PatchOptions",
         _ => "UpdateOptions",
     };
-    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": options_kind});
-    if let Some(manager) = ctx.query.get("fieldManager") {
-        options["fieldManager"] = json!(manager);
-    }
+    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": kind});
     if ctx.dry_run {
         options["dryRun"] = json!(["All"]);
     }
-    attributes.options = Some(options);
-    attributes
+    for field in ["fieldManager", "fieldValidation"] {
+        if let Some(value) = ctx.query.get(field).filter(|v| !v.is_empty()) {
+            options[field] = json!(value);
+        }
+    }
+    options
 }
 
 /// Frees a cluster IP allocated for a Service that was not stored after all.

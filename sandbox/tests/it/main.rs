@@ -10,6 +10,7 @@ mod kubectl_auth;
 mod managed_fields;
 mod rbac;
 mod retention;
+mod reviews;
 mod strict;
 mod support;
 mod webhooks;
