@@ -110,7 +110,6 @@ fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
         obj["status"] = crd_status(&obj);
     }
-    ctx.writer().created(&mut obj, ctx.apply_config.as_ref());
     if ctx.dry_run {
         return Ok(obj);
     }

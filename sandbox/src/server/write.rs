@@ -135,6 +135,17 @@ pub(super) async fn admit(
     old: Option<&Value>,
 ) -> Result<Value, ApiError> {
     decode_defaults(ctx, &mut obj, old, true)?;
+    // The field manager runs before admission (`UpdateNoErrors` in the create and update
+    // handlers, the apply patcher): webhooks see the new managedFields, and what a mutating
+    // webhook changes is owned by no one.
+    match (operation, old) {
+        (Operation::Create, _) => {
+            default_namespace_label(ctx, &mut obj);
+            ctx.writer().created(&mut obj, ctx.apply_config.as_ref());
+        }
+        (_, Some(old)) if ctx.apply_config.is_none() => ctx.writer().updated(old, &mut obj),
+        _ => {}
+    }
     let (mutating, validating) = webhook_configurations(ctx);
     let mut attributes = admission_attributes(ctx, operation, Some(obj.clone()), old.cloned());
     if !mutating.is_empty() {
@@ -173,6 +184,25 @@ pub(super) async fn admit(
         ctx.warnings.extend(validated.warnings);
     }
     Ok(obj)
+}
+
+/// A named Namespace gets its `kubernetes.io/metadata.name` label when decoded, so its creator
+/// owns it (`SetDefaults_Namespace` in `pkg/apis/core/v1/defaults.go`); a generated name gets it
+/// when stored.
+fn default_namespace_label(ctx: &Ctx, obj: &mut Value) {
+    if !(ctx.rt.group.is_empty() && ctx.rt.plural == "namespaces") {
+        return;
+    }
+    let Some(name) = meta_str(obj, "name")
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+    else {
+        return;
+    };
+    let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+    }
 }
 
 /// What the registry store sets on a new object after mutating admission and before validation

@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 
 const WIDGETS: &str = "/apis/sandbox.test/v1/namespaces/default/widgets";
 
-/// A sandbox with the Widget CRD, a mutating webhook at `/mutate` and a validating one at
+/// A sandbox with the Widget CRD, a mutating webhook at `mutate_path` and a validating one at
 /// `validate_path`, both for every operation on widgets and free of side effects.
-async fn sandbox_reviewing(webhook: &Webhook, validate_path: &str) -> Sandbox {
+async fn sandbox_reviewing(webhook: &Webhook, mutate_path: &str, validate_path: &str) -> Sandbox {
     let sandbox = Sandbox::builder()
         .webhook_service(
             ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
@@ -28,7 +28,10 @@ async fn sandbox_reviewing(webhook: &Webhook, validate_path: &str) -> Sandbox {
     let client = client(&sandbox);
     install_crd(&client).await;
     let (mut mutating, mut validating) = webhook.configurations("sandbox.test", "widgets");
-    for (config, path) in [(&mut mutating, "/mutate"), (&mut validating, validate_path)] {
+    for (config, path) in [
+        (&mut mutating, mutate_path),
+        (&mut validating, validate_path),
+    ] {
         let hook = &mut config["webhooks"][0];
         hook["rules"][0]["operations"] = json!(["*"]);
         hook["clientConfig"]["service"]["path"] = json!(path);
@@ -98,7 +101,7 @@ fn widget_body(metadata: Value) -> Value {
 async fn a_create_is_reviewed_before_and_after_the_server_sets_uid_creation_time_generation_and_name()
  {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/validate").await;
+    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
     let client = client(&sandbox);
     clear(&webhook);
 
@@ -141,7 +144,7 @@ async fn a_create_is_reviewed_before_and_after_the_server_sets_uid_creation_time
 #[tokio::test]
 async fn a_status_a_mutating_webhook_sees_on_create_is_gone_by_validation() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/validate").await;
+    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
     let client = client(&sandbox);
     clear(&webhook);
 
@@ -160,7 +163,7 @@ async fn a_status_a_mutating_webhook_sees_on_create_is_gone_by_validation() {
 #[tokio::test]
 async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with_create_options() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/validate").await;
+    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
     let client = client(&sandbox);
     clear(&webhook);
 
@@ -243,9 +246,74 @@ async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with
 }
 
 #[tokio::test]
+async fn webhooks_see_the_writers_managed_fields_and_what_they_change_is_owned_by_no_one() {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_reviewing(&webhook, "/label", "/validate").await;
+    let client = client(&sandbox);
+    clear(&webhook);
+    let managers = |object: &Value| -> Vec<(String, String)> {
+        let entries = object["metadata"]["managedFields"].as_array().cloned();
+        entries
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                (
+                    e["manager"].as_str().unwrap().into(),
+                    e["operation"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    let maker = ("maker".to_owned(), "Update".to_owned());
+    let patcher = ("patcher".to_owned(), "Update".to_owned());
+
+    let uri = format!("{WIDGETS}?fieldManager=maker");
+    let created = send(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        &widget_body(json!({"name": "owned"})),
+    )
+    .await
+    .unwrap();
+    for path in ["/label", "/validate"] {
+        assert_eq!(
+            managers(&one(&webhook, path)["object"]),
+            [maker.clone()],
+            "{path}"
+        );
+    }
+    // The label the mutating webhook added is on the object and in no one's fields.
+    assert_eq!(created["metadata"]["labels"]["mutated"], "yes");
+    let fields = &created["metadata"]["managedFields"][0]["fieldsV1"];
+    assert!(fields["f:spec"].get("f:replicas").is_some(), "{fields}");
+    assert!(fields.pointer("/f:metadata/f:labels").is_none(), "{fields}");
+    clear(&webhook);
+
+    let uri = format!("{WIDGETS}/owned?fieldManager=patcher");
+    let patch = json!({"spec": {"replicas": 2}});
+    send(
+        &client,
+        "PATCH",
+        &uri,
+        "application/merge-patch+json",
+        &patch,
+    )
+    .await
+    .unwrap();
+    let request = one(&webhook, "/label");
+    assert_eq!(
+        managers(&request["object"]),
+        [maker.clone(), patcher.clone()]
+    );
+    assert_eq!(managers(&request["oldObject"]), [maker]);
+}
+
+#[tokio::test]
 async fn a_dry_run_delete_is_reviewed_as_a_dry_run_with_its_delete_options() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/validate").await;
+    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
     let client = client(&sandbox);
     let body = widget_body(json!({"name": "kept"}));
     send(&client, "POST", WIDGETS, "application/json", &body)
@@ -296,7 +364,7 @@ async fn a_dry_run_delete_is_reviewed_as_a_dry_run_with_its_delete_options() {
 #[tokio::test]
 async fn a_denial_without_a_reason_reaches_the_client_with_no_reason() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/deny").await;
+    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/deny").await;
     let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
     let err = widgets
         .create(
@@ -319,7 +387,7 @@ async fn a_denial_without_a_reason_reaches_the_client_with_no_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_prints_a_denial_without_a_reason_as_error_from_server() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/deny").await;
+    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/deny").await;
     let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let Some(k) = Kubectl::new(&served.kubeconfig()) else {
         return;
