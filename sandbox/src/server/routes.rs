@@ -307,6 +307,7 @@ async fn resource(
         meta_only: accept.contains("as=PartialObjectMetadata"),
         table: accept.contains("as=Table"),
         dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
+        patch: *method == Method::PATCH,
         field_validation,
         warnings: Vec::new(),
         attrs,

@@ -96,10 +96,18 @@ fn decode_defaults(
             .collect();
         match ctx.field_validation {
             FieldValidation::Strict => {
-                return Err(ApiError::bad_request(format!(
-                    "strict decoding error: {}",
-                    unknown.join(", ")
-                )));
+                let error = format!("strict decoding error: {}", unknown.join(", "));
+                // POST and PUT decode the body (`transformDecodeError` in
+                // `endpoints/handlers/rest.go`); a patch reports the patched object's errors
+                // bare (`jsonPatcher` in `handlers/patch.go`).
+                return Err(ApiError::bad_request(if ctx.patch {
+                    error
+                } else {
+                    let (kind, version) = (&ctx.rt.kind, &ctx.rt.version);
+                    format!(
+                        "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}"
+                    )
+                }));
             }
             FieldValidation::Warn => ctx.warnings.extend(unknown),
             FieldValidation::Ignore => {}
