@@ -280,7 +280,7 @@ async fn webhooks_see_the_writers_managed_fields_and_what_they_change_is_owned_b
     for path in ["/label", "/validate"] {
         assert_eq!(
             managers(&one(&webhook, path)["object"]),
-            [maker.clone()],
+            vec![maker.clone()],
             "{path}"
         );
     }
