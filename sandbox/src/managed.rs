@@ -338,11 +338,13 @@ impl Writer<'_> {
             .iter()
             .fold(FieldSet::default(), |all, e| all.union(&e.fields));
         let mut prune = previous.difference(&applied).difference(&others).members();
-        // Shallowest first: a list element or map goes whole unless someone else still owns
-        // fields in it; then only its own leaves go, never the key fields that name it.
+        // Shallowest first: a list element or map goes whole unless someone, the applier
+        // included, still owns fields in it (a `.` it no longer claims, as when kubectl's
+        // migration wrote one); then only its own leaves go, never the key fields that name it.
+        let kept = others.union(&applied);
         prune.sort_by_key(Vec::len);
         for path in prune {
-            if !others.has_member_below(&path) && !fields::is_key_field(&path) {
+            if !kept.has_member_below(&path) && !fields::is_key_field(&path) {
                 fields::remove_path(&mut merged, &path);
             }
         }

@@ -47,7 +47,8 @@ impl ApiError {
                 .code
                 .and_then(|c| u16::try_from(c).ok())
                 .unwrap_or(500),
-            status.reason.as_deref().unwrap_or("InternalError"),
+            // A webhook's denial without a reason keeps none (`ToStatusErr`).
+            status.reason.as_deref().unwrap_or(""),
             status.message.clone().unwrap_or_default(),
         );
         err.details = status
@@ -205,9 +206,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // `reason` is `omitempty` in Go's `metav1.Status`.
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         if let Some(details) = &self.details {
             status["details"] = (**details).clone();
         }

@@ -85,7 +85,7 @@ pub(super) struct Ctx {
     /// Whether the client asked for a `Table` (kubectl get).
     pub(super) table: bool,
     pub(super) dry_run: bool,
-    /// Whether the request is a PATCH (for the admission options kind).
+    /// Whether the request is a PATCH: its strict decoding errors name no kind.
     pub(super) patch: bool,
     pub(super) field_validation: FieldValidation,
     pub(super) warnings: Vec<String>,

@@ -65,12 +65,6 @@ pub(super) async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiEr
             )],
         ));
     }
-    if ctx.rt.status_subresource
-        && !(ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty())
-        && let Some(m) = obj.as_object_mut()
-    {
-        m.remove("status");
-    }
     let obj = admit(ctx, Operation::Create, obj, None).await?;
     let result = commit_create(ctx, obj.clone());
     if result.is_err() || ctx.dry_run {
@@ -105,13 +99,8 @@ fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     if state.get(&ctx.rt.storage(), &ctx.ns, &name).is_some() {
         return Err(ApiError::already_exists(&ctx.rt, &name));
     }
-    let meta = meta_mut(&mut obj);
-    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-    meta.insert("creationTimestamp".into(), json!(now()));
-    if ctx.rt.generation {
-        meta.insert("generation".into(), json!(1));
-    }
     if ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty() {
+        let meta = meta_mut(&mut obj);
         let labels = meta.entry("labels").or_insert_with(|| json!({}));
         if let Some(l) = labels.as_object_mut() {
             l.insert("kubernetes.io/metadata.name".into(), json!(name));
@@ -121,7 +110,6 @@ fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
         obj["status"] = crd_status(&obj);
     }
-    ctx.writer().created(&mut obj, ctx.apply_config.as_ref());
     if ctx.dry_run {
         return Ok(obj);
     }

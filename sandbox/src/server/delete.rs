@@ -18,12 +18,7 @@ async fn admit_delete(ctx: &mut Ctx, current: &Value, options: &Value) -> Result
         return Ok(());
     }
     let mut attributes = admission_attributes(ctx, Operation::Delete, None, Some(current.clone()));
-    let mut opts = options.clone();
-    if let Some(m) = opts.as_object_mut() {
-        m.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
-        m.insert("kind".into(), json!("DeleteOptions"));
-    }
-    attributes.options = Some(opts);
+    attributes.options = Some(review_options(options));
     let admitted = ctx
         .inner
         .admission
@@ -34,13 +29,58 @@ async fn admit_delete(ctx: &mut Ctx, current: &Value, options: &Value) -> Result
     Ok(())
 }
 
+/// The fields of `meta.k8s.io/v1` `DeleteOptions`, as a review carries them.
+const DELETE_OPTIONS: [&str; 5] = [
+    "gracePeriodSeconds",
+    "preconditions",
+    "orphanDependents",
+    "propagationPolicy",
+    "dryRun",
+];
+
+/// `DeleteOptions` as the handler decodes them, from the body when there is one and else from
+/// the query: with a body, query parameters such as `dryRun` are not read
+/// (`apiserver/pkg/endpoints/handlers/delete.go`).
+fn delete_options(ctx: &Ctx, body: &[u8]) -> Result<Value, ApiError> {
+    if !body.is_empty() {
+        return parse_body(body);
+    }
+    let mut options = json!({});
+    for (field, value) in &ctx.query {
+        let value = match field.as_str() {
+            "gracePeriodSeconds" => json!(
+                value
+                    .parse::<i64>()
+                    .map_err(|e| { ApiError::bad_request(format!("gracePeriodSeconds: {e}")) })?
+            ),
+            "orphanDependents" => json!(value == "true"),
+            "propagationPolicy" => json!(value),
+            "dryRun" => json!([value]),
+            _ => continue,
+        };
+        options[field] = value;
+    }
+    Ok(options)
+}
+
+/// Options as a review carries them: the known fields, typed `meta.k8s.io/v1` `DeleteOptions`.
+fn review_options(options: &Value) -> Value {
+    let mut review = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"});
+    for field in DELETE_OPTIONS {
+        if let Some(value) = options.get(field).filter(|v| !v.is_null()) {
+            review[field] = value.clone();
+        }
+    }
+    review
+}
+
 /// Answers a DELETE of the object the URL names (the body, if any, is its DeleteOptions).
 pub(super) async fn delete_request(ctx: &mut Ctx, body: &[u8]) -> Result<Response, ApiError> {
-    let options = if body.is_empty() {
-        json!({})
-    } else {
-        parse_body(body)?
-    };
+    let options = delete_options(ctx, body)?;
+    ctx.dry_run = options
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
     let policy = propagation(ctx, &options)?;
     let deleted = delete(ctx, &options, policy).await?;
     if policy != Propagation::Background && !ctx.dry_run {
@@ -114,11 +154,8 @@ async fn delete(ctx: &mut Ctx, options: &Value, policy: Propagation) -> Result<V
             "delete is not allowed on a subresource",
         ));
     }
-    let dry_run = ctx.dry_run
-        || options
-            .get("dryRun")
-            .and_then(Value::as_array)
-            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    // `delete_request` has read the options' dryRun into `ctx.dry_run`.
+    let dry_run = ctx.dry_run;
     let name = ctx.name().to_string();
     let stored = read_current(ctx).ok_or_else(|| ApiError::not_found(&ctx.rt, &name))?;
     admit_delete(ctx, &stored, options).await?;

@@ -104,7 +104,8 @@ pub(super) async fn scale_request(
             crate::scale::set_replicas(&paths, &mut new, replicas_of(scale)?);
             Ok(new)
         };
-        let new = admit_scale(ctx, requested.clone(), &current, &old, apply).await?;
+        let mut new = admit_scale(ctx, requested.clone(), &current, &old, apply).await?;
+        ctx.writer().updated(&old, &mut new);
         match commit_checked(ctx, &old, new)? {
             Commit::Done(_, stored) => {
                 let scale = crate::scale::to_scale(&paths, &stored);

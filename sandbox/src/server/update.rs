@@ -94,9 +94,6 @@ pub(super) enum Commit {
 
 fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, ApiError> {
     let name = ctx.name().to_string();
-    if ctx.apply_config.is_none() {
-        ctx.writer().updated(old, &mut new);
-    }
     let mut state = ctx.inner.store.lock();
     let Some(current) = state.get(&ctx.rt.storage(), &ctx.ns, &name) else {
         return Err(ApiError::not_found(&ctx.rt, &name));

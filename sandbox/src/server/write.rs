@@ -96,10 +96,18 @@ fn decode_defaults(
             .collect();
         match ctx.field_validation {
             FieldValidation::Strict => {
-                return Err(ApiError::bad_request(format!(
-                    "strict decoding error: {}",
-                    unknown.join(", ")
-                )));
+                let error = format!("strict decoding error: {}", unknown.join(", "));
+                // POST and PUT decode the body (`transformDecodeError` in
+                // `endpoints/handlers/rest.go`); a patch reports the patched object's errors
+                // bare (`jsonPatcher` in `handlers/patch.go`).
+                return Err(ApiError::bad_request(if ctx.patch {
+                    error
+                } else {
+                    let (kind, version) = (&ctx.rt.kind, &ctx.rt.version);
+                    format!(
+                        "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}"
+                    )
+                }));
             }
             FieldValidation::Warn => ctx.warnings.extend(unknown),
             FieldValidation::Ignore => {}
@@ -135,6 +143,17 @@ pub(super) async fn admit(
     old: Option<&Value>,
 ) -> Result<Value, ApiError> {
     decode_defaults(ctx, &mut obj, old, true)?;
+    // The field manager runs before admission (`UpdateNoErrors` in the create and update
+    // handlers, the apply patcher): webhooks see the new managedFields, and what a mutating
+    // webhook changes is owned by no one.
+    match (operation, old) {
+        (Operation::Create, _) => {
+            default_namespace_label(ctx, &mut obj);
+            ctx.writer().created(&mut obj, ctx.apply_config.as_ref());
+        }
+        (_, Some(old)) if ctx.apply_config.is_none() => ctx.writer().updated(old, &mut obj),
+        _ => {}
+    }
     let (mutating, validating) = webhook_configurations(ctx);
     let mut attributes = admission_attributes(ctx, operation, Some(obj.clone()), old.cloned());
     if !mutating.is_empty() {
@@ -155,9 +174,14 @@ pub(super) async fn admit(
     }
     if operation == Operation::Create {
         assign_name(ctx, &mut obj).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
+        fill_system_fields(ctx, &mut obj);
     }
     validate_object(ctx, &mut obj, old).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
     if !validating.is_empty() {
+        // A generated name reaches the validating webhooks (`AdmissionToValidateObjectFunc`).
+        if attributes.name.is_empty() {
+            attributes.name = meta_str(&obj, "name").unwrap_or("").to_owned();
+        }
         attributes.object = Some(obj.clone());
         let validated = ctx
             .inner
@@ -168,6 +192,45 @@ pub(super) async fn admit(
         ctx.warnings.extend(validated.warnings);
     }
     Ok(obj)
+}
+
+/// A named Namespace gets its `kubernetes.io/metadata.name` label when decoded, so its creator
+/// owns it (`SetDefaults_Namespace` in `pkg/apis/core/v1/defaults.go`); a generated name gets it
+/// when stored.
+fn default_namespace_label(ctx: &Ctx, obj: &mut Value) {
+    if !(ctx.rt.group.is_empty() && ctx.rt.plural == "namespaces") {
+        return;
+    }
+    let Some(name) = meta_str(obj, "name")
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+    else {
+        return;
+    };
+    let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+    }
+}
+
+/// What the registry store sets on a new object after mutating admission and before validation
+/// and validating admission: `uid` and `creationTimestamp` (`FillObjectMetaSystemFields`, at the
+/// start of `Store.create` in `apiserver/pkg/registry/generic/registry/store.go`), and
+/// `generation` 1 for kinds that keep one and no `status` for kinds with a status subresource
+/// (their strategy's `PrepareForCreate`), so a status a mutating webhook adds is dropped too.
+fn fill_system_fields(ctx: &Ctx, obj: &mut Value) {
+    let meta = meta_mut(obj);
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now()));
+    if ctx.rt.generation {
+        meta.insert("generation".into(), json!(1));
+    }
+    if ctx.rt.status_subresource
+        && !(ctx.rt.kind == "Namespace" && ctx.rt.group.is_empty())
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
+    }
 }
 
 /// Admission of a `/scale` write, as kube-apiserver does it: the chain sees `autoscaling/v1`
@@ -293,21 +356,30 @@ pub(super) fn admission_attributes(
     attributes.dry_run = ctx.dry_run;
     // The requester, as the real server sends it (the admin when authentication is off).
     attributes.user_info = ctx.attrs.user.to_api();
-    let options_kind = match operation {
+    attributes.options = Some(write_options(ctx, operation));
+    attributes
+}
+
+/// The options a write's review carries: what the query asked, unfilled by defaults. A PATCH is
+/// reviewed with `UpdateOptions`, or `CreateOptions` when it creates (`patchToUpdateOptions`,
+/// `patchToCreateOptions` in `apiserver/pkg/endpoints/handlers/patch.go`): never
+/// `PatchOptions`, so `force` does not reach webhooks. DELETE replaces these with its own.
+fn write_options(ctx: &Ctx, operation: Operation) -> Value {
+    let kind = match operation {
         Operation::Create => "CreateOptions",
         Operation::Delete => "DeleteOptions",
-        _ if ctx.patch => "PatchOptions",
         _ => "UpdateOptions",
     };
-    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": options_kind});
-    if let Some(manager) = ctx.query.get("fieldManager") {
-        options["fieldManager"] = json!(manager);
-    }
+    let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": kind});
     if ctx.dry_run {
         options["dryRun"] = json!(["All"]);
     }
-    attributes.options = Some(options);
-    attributes
+    for field in ["fieldManager", "fieldValidation"] {
+        if let Some(value) = ctx.query.get(field).filter(|v| !v.is_empty()) {
+            options[field] = json!(value);
+        }
+    }
+    options
 }
 
 /// Frees a cluster IP allocated for a Service that was not stored after all.

@@ -11,6 +11,7 @@ mod managed_fields;
 mod pods;
 mod rbac;
 mod retention;
+mod reviews;
 mod strict;
 mod support;
 mod webhooks;

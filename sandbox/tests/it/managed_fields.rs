@@ -459,3 +459,62 @@ async fn kubectl_shows_managed_fields_only_when_asked() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn an_apply_keeps_a_map_it_still_fills_when_its_entry_claimed_the_map_itself_before() {
+    // The state kubectl leaves after migrating a client-side-applied object to server-side
+    // apply (`kubectl apply --server-side --force-conflicts`): its Apply entry owns the maps
+    // themselves (`.`), which its next apply does not claim for a built-in kind's `data`.
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let cm = |data: Value| {
+        serde_json::from_value::<ConfigMap>(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "m", "annotations": {"last": "x"}}, "data": data,
+        }))
+        .unwrap()
+    };
+    cms.create(&PostParams::default(), &cm(json!({"a": "1", "b": "2"})))
+        .await
+        .unwrap();
+    let entry = |manager: &str, fields: Value| {
+        json!({"manager": manager, "operation": "Apply", "apiVersion": "v1",
+               "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields})
+    };
+    let annotation = json!({"f:annotations": {"f:last": {}}});
+    let mine = json!({"f:metadata": {".": {}, "f:annotations": {".": {}, "f:last": {}}},
+                      "f:data": {".": {}, "f:a": {}, "f:b": {}}});
+    let managed = json!([
+        entry("kubectl", mine),
+        entry("kubectl-last-applied", json!({"f:metadata": annotation}))
+    ]);
+    cms.patch(
+        "m",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "replace", "path": "/metadata/managedFields", "value": managed}
+            ]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"},
+                        "data": {"a": "1", "b": "3"}});
+    let applied = cms
+        .patch("m", &by("kubectl").force(), &Patch::Apply(config))
+        .await
+        .unwrap();
+    let data = applied.data.clone().unwrap_or_default();
+    assert_eq!(
+        data.get("b").map(String::as_str),
+        Some("3"),
+        "{:?}",
+        applied.metadata
+    );
+    assert_eq!(
+        applied.annotations().get("last").map(String::as_str),
+        Some("x")
+    );
+}

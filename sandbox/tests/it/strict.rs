@@ -257,3 +257,40 @@ async fn a_strategic_merge_patch_of_a_custom_resource_is_unsupported_and_the_ans
         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
     );
 }
+
+#[tokio::test]
+async fn unknown_fields_under_strict_validation_are_refused_in_the_words_of_each_verb() {
+    let (_sandbox, client, stored) = sandbox_with_widget().await;
+    let strict = |uri: &str| format!("{uri}?fieldValidation=Strict");
+    let unknown = "strict decoding error: unknown field \"spec.bogus\"";
+    // POST and PUT decode the body and name the kind; a patch names only the field.
+    let body = json!({"apiVersion": "sandbox.test/v1", "kind": "Widget",
+                      "metadata": {"name": "x"},
+                      "spec": {"replicas": 1, "message": "m", "bogus": true}});
+    let mut put = stored.clone();
+    put["spec"]["bogus"] = json!(true);
+    let patch = json!({"spec": {"bogus": true}});
+    let cases = [
+        request("POST", &strict(WIDGETS), "application/json", &body),
+        request(
+            "PUT",
+            &strict(&format!("{WIDGETS}/w")),
+            "application/json",
+            &put,
+        ),
+        request(
+            "PATCH",
+            &strict(&format!("{WIDGETS}/w")),
+            "application/merge-patch+json",
+            &patch,
+        ),
+    ];
+    let mut messages = Vec::new();
+    for case in cases {
+        let status = refusal(&client, case).await.unwrap();
+        assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
+        messages.push(status.message);
+    }
+    let named = format!("Widget in version \"v1\" cannot be handled as a Widget: {unknown}");
+    assert_eq!(messages, [named.clone(), named, unknown.to_owned()]);
+}

@@ -1,7 +1,7 @@
 //! A tiny HTTPS admission webhook for end-to-end tests: a CA made at test time (rcgen), a serving
 //! certificate for `webhook.ops.svc`, and three paths: `/label` (mutating: adds label
 //! `mutated: "yes"`), `/check` (validating: denies `spec.replicas > 5`, warns when it is 5),
-//! `/allow`. Every review it receives is kept, for tests to look at what the API server sent.
+//! `/deny` (denies everything with a message and no reason), and any other path allows. Every review it receives is kept, for tests to look at what the API server sent.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -71,6 +71,8 @@ async fn answer(State(reviews): State<Reviews>, uri: Uri, Json(body): Json<Value
                 json!({"uid": uid, "allowed": true})
             }
         }
+        "/deny" => json!({"uid": uid, "allowed": false,
+                          "status": {"message": "widgets are closed"}}),
         _ => json!({"uid": uid, "allowed": true}),
     };
     Json(
