@@ -14,6 +14,8 @@
 pub mod admission;
 /// Users, bearer tokens and impersonation: who a request is from.
 pub mod authn;
+/// CustomResourceDefinition validation: structural schemas, CEL rules and their static cost.
+pub mod crd;
 /// The API server's defaults for Deployments, Services and pod templates; cluster IPs.
 pub mod defaults;
 /// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.
