@@ -140,7 +140,8 @@ fn cases_over_sized_variables_cost_what_cel_go_estimates() {
         None,
     );
     let all_map = var(Ty::Map(Some(all_types.clone())), Some(10));
-    let cases: Vec<(&str, &str, Vec<(&str, Rc<Decl>)>, (u64, u64))> = vec![
+    type Vars<'a> = Vec<(&'a str, Rc<Decl>)>;
+    let cases: Vec<(&str, &str, Vars, (u64, u64))> = vec![
         ("identity", "input", vec![("input", int_list(None))], (1, 1)),
         (
             "select: map",
