@@ -6,6 +6,7 @@
 
 use std::rc::Rc;
 
+use cel::common::ast::IdedExpr;
 use serde_json::Value;
 
 use super::cost::{self, CheckError};
@@ -227,11 +228,13 @@ pub(super) fn check_rule_fields(rule: &Value, path: &str, errors: &mut Vec<Field
 }
 
 /// Compiles the rules of one schema node and checks their costs.
+/// `uncorrelatable` is the path of a list above whose elements old and new objects cannot be
+/// matched through (where `oldSelf` has no meaning).
 pub(super) fn compile_all(
-    _schema: &Value,
     rules: &[Value],
     scope: &CelScope,
     path: &str,
+    uncorrelatable: Option<&str>,
     total: &mut TotalCost,
     errors: &mut Vec<FieldError>,
 ) {
@@ -263,6 +266,22 @@ pub(super) fn compile_all(
                         &format!("{at}.rule"),
                         &go_rule(rule),
                         "cel expression must evaluate to a bool",
+                    ));
+                }
+                let uses_old_self = uses(source, "oldSelf");
+                if uses_old_self && let Some(list) = uncorrelatable {
+                    errors.push(invalid(
+                        &format!("{at}.rule"),
+                        &quote(source),
+                        &format!("oldSelf cannot be used on the uncorrelatable portion of the schema within {list}"),
+                    ));
+                } else if !uses_old_self
+                    && let Some(optional) = rule.get("optionalOldSelf").and_then(Value::as_bool)
+                {
+                    errors.push(invalid(
+                        &format!("{at}.optionalOldSelf"),
+                        &optional.to_string(),
+                        "may not be set if oldSelf is not used in rule",
                     ));
                 }
             }
@@ -306,6 +325,43 @@ pub(super) fn compile_all(
             }
         }
     }
+}
+
+/// Whether the (parsable) expression reads the variable `name`.
+fn uses(source: &str, name: &str) -> bool {
+    fn walk(e: &IdedExpr, name: &str) -> bool {
+        use cel::common::ast::{EntryExpr, Expr};
+        match &e.expr {
+            Expr::Ident(n) => n == name,
+            Expr::Select(s) => walk(&s.operand, name),
+            Expr::Call(c) => {
+                c.target.as_deref().is_some_and(|t| walk(t, name))
+                    || c.args.iter().any(|a| walk(a, name))
+            }
+            Expr::List(l) => l.elements.iter().any(|a| walk(a, name)),
+            Expr::Map(m) => m.entries.iter().any(|en| match &en.expr {
+                EntryExpr::MapEntry(m) => walk(&m.key, name) || walk(&m.value, name),
+                EntryExpr::StructField(f) => walk(&f.value, name),
+            }),
+            Expr::Struct(s) => s.entries.iter().any(|en| match &en.expr {
+                EntryExpr::MapEntry(m) => walk(&m.key, name) || walk(&m.value, name),
+                EntryExpr::StructField(f) => walk(&f.value, name),
+            }),
+            Expr::Comprehension(c) => [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .iter()
+            .any(|x| walk(x, name)),
+            Expr::Literal(_) | Expr::Unspecified => false,
+        }
+    }
+    cel::parser::Parser::new()
+        .parse(source)
+        .is_ok_and(|e| walk(&e, name))
 }
 
 /// Parses and checks `source` with `self` declared as `decl`; the error is cel-go's issue text.

@@ -27,15 +27,8 @@ pub(super) fn check(
     errors: &mut Vec<FieldError>,
 ) -> Vec<(String, u64)> {
     let mut found = Vec::new();
-    if status_enabled
-        && let Some(ty) = root.get("type").and_then(Value::as_str)
-        && ty != "object"
-    {
-        found.push(invalid(
-            &format!("{path}.type"),
-            &quote(ty),
-            "only \"object\" is allowed as the type at the root of the schema if the status subresource is enabled",
-        ));
+    if status_enabled {
+        root_with_status(root, path, &mut found);
     }
     if root.get("nullable") == Some(&Value::Bool(true)) {
         found.push(forbidden(
@@ -56,12 +49,77 @@ pub(super) fn check(
     }
     let mut total = rules::TotalCost::default();
     let scope = cel_ok.then(|| CelScope::root(root));
-    openapi(root, path, true, false, scope, &mut total, &mut found);
+    let place = Place {
+        root: true,
+        ..Place::default()
+    };
+    openapi(root, path, &place, scope, &mut total, &mut found);
     if let Some(total_errors) = total.errors(path) {
         found.extend(total_errors);
     }
     errors.extend(found);
     total.all
+}
+
+/// With a status subresource, `status` is cut out of the root schema, so the root may only
+/// hold what still holds after that (`allowedFieldsAtRootSchema`). Fields are checked in the
+/// order of Go's `JSONSchemaProps`; only the first offending one is reported.
+fn root_with_status(root: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    const ALLOWED: &[&str] = &[
+        "description",
+        "type",
+        "format",
+        "title",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "multipleOf",
+        "required",
+        "items",
+        "properties",
+        "externalDocs",
+        "example",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-validations",
+    ];
+    const GO_NAMES: &str = "[Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items Properties ExternalDocs Example XPreserveUnknownFields XValidations]";
+    let zero = |v: &Value| match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Number(_) | Value::Bool(true) => false,
+    };
+    if let Some(ty) = root.get("type").and_then(Value::as_str)
+        && ty != "object"
+    {
+        errors.push(invalid(
+            &format!("{path}.type"),
+            &quote(ty),
+            "only \"object\" is allowed as the type at the root of the schema if the status subresource is enabled",
+        ));
+        return;
+    }
+    let offending = root
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| !zero(v) && !ALLOWED.contains(&k.as_str()));
+    if offending {
+        // The real value is Go's dump of the whole schema struct; it is abbreviated here.
+        errors.push(invalid(
+            path,
+            "apiextensions.JSONSchemaProps{...}",
+            &format!("only {GO_NAMES} fields are allowed at the root of the schema if the status subresource is enabled"),
+        ));
+    }
 }
 
 // === structural invariants ===
@@ -355,12 +413,30 @@ fn go_value(v: &Value) -> String {
 
 const TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
 
+/// Where a node sits, as `specStandardValidatorV3` tracks it while descending.
+#[derive(Clone, Default)]
+struct Place {
+    root: bool,
+    /// Why defaults are forbidden here (`in top-level metadata`), if they are.
+    no_defaults: Option<String>,
+    /// The list above that old and new values cannot be matched through, if any.
+    uncorrelatable: Option<String>,
+}
+
+impl Place {
+    fn below(&self) -> Place {
+        Place {
+            root: false,
+            ..self.clone()
+        }
+    }
+}
+
 /// Returns whether this node or one below it had a schema error (which turns CEL off above it).
 fn openapi(
     s: &Value,
     path: &str,
-    root: bool,
-    in_meta: bool,
+    place: &Place,
     scope: Option<CelScope>,
     total: &mut rules::TotalCost,
     errors: &mut Vec<FieldError>,
@@ -370,11 +446,12 @@ fn openapi(
     if !ty.is_empty() && !TYPES.contains(&ty) {
         schema_errors.push(not_supported(&format!("{path}.type"), ty, TYPES));
     }
-    if in_meta && s.get("default").is_some() && root_meta_default(path) {
-        let which = path.rsplit('[').next().unwrap_or("").trim_end_matches(']');
+    if let Some(reason) = &place.no_defaults
+        && s.get("default").is_some()
+    {
         schema_errors.push(forbidden(
             &format!("{path}.default"),
-            &format!("must not be set in top-level {which}"),
+            &format!("must not be set {reason}"),
         ));
     }
     if s.get("uniqueItems") == Some(&Value::Bool(true)) {
@@ -396,41 +473,38 @@ fn openapi(
     let mut below = false;
     if let Some(a) = additional.filter(|a| a.is_object()) {
         let child = scope.as_ref().and_then(|c| c.additional(a));
-        below |= openapi(
-            a,
-            &format!("{path}.additionalProperties"),
-            false,
-            false,
-            child,
-            total,
-            errors,
-        );
+        let at = format!("{path}.additionalProperties");
+        below |= openapi(a, &at, &place.below(), child, total, errors);
     }
-    let embedded = s.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true));
     for (k, v) in properties(s) {
-        let meta = (root || embedded) && matches!(k.as_str(), "metadata" | "kind" | "apiVersion");
+        let mut sub = place.below();
+        if place.root && matches!(k.as_str(), "metadata" | "kind" | "apiVersion") {
+            sub.no_defaults = Some(format!("in top-level {k}"));
+        }
         let child = scope.as_ref().and_then(|c| c.property(k, v));
         below |= openapi(
             v,
             &format!("{path}.properties[{k}]"),
-            false,
-            meta,
+            &sub,
             child,
             total,
             errors,
         );
     }
     if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+        let mut sub = place.below();
+        if s.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+            sub.uncorrelatable.get_or_insert_with(|| path.to_owned());
+        }
         let child = scope.as_ref().and_then(|c| c.items(items));
-        below |= openapi(
-            items,
-            &format!("{path}.items"),
-            false,
-            false,
-            child,
-            total,
-            errors,
-        );
+        below |= openapi(items, &format!("{path}.items"), &sub, child, total, errors);
+    }
+    if s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(false)) {
+        schema_errors.push(invalid(
+            &format!("{path}.x-kubernetes-preserve-unknown-fields"),
+            "false",
+            "must be true or undefined",
+        ));
     }
     list_types(s, path, &mut schema_errors);
     map_list_keys(s, path, &mut schema_errors);
@@ -452,16 +526,10 @@ fn openapi(
         && !rules.is_empty()
         && let Some(scope) = &scope
     {
-        rules::compile_all(s, rules, scope, path, total, errors);
+        let uncorrelatable = place.uncorrelatable.as_deref();
+        rules::compile_all(rules, scope, path, uncorrelatable, total, errors);
     }
     had_errors
-}
-
-fn root_meta_default(path: &str) -> bool {
-    // Only the root's (or an embedded resource's) metadata, kind and apiVersion reach here.
-    path.ends_with("properties[metadata]")
-        || path.ends_with("properties[kind]")
-        || path.ends_with("properties[apiVersion]")
 }
 
 /// `x-kubernetes-list-type` and `x-kubernetes-map-type` shapes.
@@ -501,6 +569,31 @@ fn list_types(s: &Value, path: &str, errors: &mut Vec<FieldError>) {
                 &quote(ty),
                 "must be array if x-kubernetes-list-type is specified",
             ));
+        }
+        if list_type == "set"
+            && ty == "array"
+            && let Some(items) = s.get("items")
+        {
+            let text = |key: &str| items.get(key).and_then(Value::as_str);
+            match text("type") {
+                Some("array") if text("x-kubernetes-list-type").is_some_and(|t| t != "atomic") => {
+                    errors.push(invalid(
+                        &format!("{path}.items.x-kubernetes-list-type"),
+                        &quote(text("x-kubernetes-list-type").unwrap_or("")),
+                        "must be atomic as item of a list with x-kubernetes-list-type=set",
+                    ));
+                }
+                Some("object") if text("x-kubernetes-map-type") != Some("atomic") => {
+                    // The real check prints the item's list type here (its pointer, nil: "null").
+                    let shown = text("x-kubernetes-list-type").map_or("\"null\"".to_owned(), quote);
+                    errors.push(invalid(
+                        &format!("{path}.items.x-kubernetes-map-type"),
+                        &shown,
+                        "must be atomic as item of a list with x-kubernetes-list-type=set",
+                    ));
+                }
+                _ => {}
+            }
         }
         if !matches!(list_type, "atomic" | "set" | "map") {
             errors.push(not_supported(

@@ -208,6 +208,35 @@ async fn rules_that_each_fit_but_together_exceed_the_per_crd_budget_are_refused(
 }
 
 #[tokio::test]
+async fn a_transition_rule_inside_an_atomic_list_is_refused() {
+    let spec = json!({"type": "object", "properties": {"ports": {"type": "array", "maxItems": 8, "items": {
+        "type": "object", "properties": {"name": {"type": "string", "maxLength": 15}},
+        "x-kubernetes-validations": [{"rule": "self.name == oldSelf.name"}]}}}});
+    let causes = refused(&gadget_crd(spec)).await;
+    assert_eq!(
+        only_cause(&causes),
+        (
+            format!("{SPEC}.properties[ports].items.x-kubernetes-validations[0].rule").as_str(),
+            format!("Invalid value: \"self.name == oldSelf.name\": oldSelf cannot be used on the uncorrelatable portion of the schema within {SPEC}.properties[ports]").as_str()
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_root_schema_with_fields_status_extraction_would_lose_is_refused_with_a_status_subresource()
+ {
+    let mut crd = gadget_crd_with_root(
+        json!({"type": "object", "properties": {"spec": replicas_spec()},
+        "anyOf": [{"required": ["spec"]}]}),
+    );
+    crd["spec"]["versions"][0]["subresources"] = json!({"status": {}});
+    let causes = refused(&crd).await;
+    let (field, message) = only_cause(&causes);
+    assert_eq!(field, "spec.validation.openAPIV3Schema");
+    assert!(message.ends_with("XPreserveUnknownFields XValidations] fields are allowed at the root of the schema if the status subresource is enabled"), "{message}");
+}
+
+#[tokio::test]
 async fn a_non_structural_schema_is_refused() {
     let spec = json!({"type": "object", "properties": {"replicas": {"minimum": 0}}});
     let causes = refused(&gadget_crd(spec)).await;
