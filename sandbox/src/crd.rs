@@ -13,6 +13,7 @@
 //! (`pkg/apis/apiextensions/v1/conversion.go`).
 
 pub mod cost;
+mod errors;
 mod rules;
 mod structural;
 mod types;
@@ -20,6 +21,7 @@ mod types;
 use serde_json::Value;
 
 use crate::schema::FieldError;
+use errors::{invalid, quote, required};
 
 /// Every reason `crd` (a CustomResourceDefinition as JSON) would be refused; empty means valid.
 pub fn validate(crd: &Value) -> Vec<FieldError> {
@@ -201,45 +203,4 @@ fn simple_json_path(s: &str, path: &str) -> Vec<FieldError> {
     } else {
         Vec::new()
     }
-}
-
-// === field errors, worded as k8s.io/apimachinery `field.Error.ErrorBody` words them ===
-
-/// Go's `%q` of a string, as field errors print a bad string value.
-pub(crate) fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-pub(crate) fn invalid(path: &str, value: &str, detail: &str) -> FieldError {
-    FieldError::new(
-        path,
-        "FieldValueInvalid",
-        format!("Invalid value: {value}: {detail}"),
-    )
-}
-
-pub(crate) fn required(path: &str, detail: &str) -> FieldError {
-    let message = if detail.is_empty() {
-        "Required value".to_owned()
-    } else {
-        format!("Required value: {detail}")
-    };
-    FieldError::new(path, "FieldValueRequired", message)
-}
-
-pub(crate) fn forbidden(path: &str, detail: &str) -> FieldError {
-    FieldError::new(path, "FieldValueForbidden", format!("Forbidden: {detail}"))
-}
-
-pub(crate) fn not_supported(path: &str, value: &str, supported: &[&str]) -> FieldError {
-    let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
-    FieldError::new(
-        path,
-        "FieldValueNotSupported",
-        format!(
-            "Unsupported value: {}: supported values: {}",
-            quote(value),
-            list.join(", ")
-        ),
-    )
 }

@@ -10,8 +10,8 @@ use cel::common::ast::IdedExpr;
 use serde_json::Value;
 
 use super::cost::{self, CheckError};
+use super::errors::{forbidden, invalid, not_supported, quote, required};
 use super::types::{self, Decl, MAX_REQUEST_SIZE_BYTES};
-use super::{forbidden, invalid, not_supported, quote, required};
 use crate::schema::FieldError;
 
 /// `StaticEstimatedCostLimit`: the most one rule may cost (times its cardinality).

@@ -6,8 +6,8 @@
 
 use serde_json::Value;
 
+use super::errors::{forbidden, invalid, not_supported, quote, required};
 use super::rules::{self, CelScope};
-use super::{forbidden, invalid, not_supported, quote, required};
 use crate::schema::{CrdSchema, FieldError};
 
 /// The schema's own level, which decides the wording of a missing `type`.
