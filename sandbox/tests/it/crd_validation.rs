@@ -5,6 +5,7 @@ use crate::support::fixtures::client;
 
 use kube::core::Status;
 use kube_sandbox::Sandbox;
+use kube_sandbox::testing::{Kubectl, path_str};
 use serde_json::{Value, json};
 
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -442,4 +443,26 @@ fn the_deployed_crds_rules_cost_well_under_the_limits() {
     assert!(image_rule < 50_000, "{image_rule}");
     let total: u64 = costs.iter().map(|(_, c)| c).sum();
     assert!(total < 10_000_000, "{total}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_of_a_non_structural_crd_prints_the_api_servers_refusal() {
+    let sandbox = Sandbox::new();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+        return;
+    };
+    let crd = gadget_crd(json!({"type": "object", "properties": {"replicas": {"minimum": 0}}}));
+    let file = k.file("crd.json", &crd.to_string());
+    let wanted = format!(
+        "The CustomResourceDefinition \"gadgets.sandbox.test\" is invalid: {SPEC}.properties[replicas].type: Required value: must not be empty for specified object fields"
+    );
+    for extra in [&[][..], &["--server-side"][..]] {
+        let mut args = vec!["apply", "-f", path_str(&file)];
+        args.extend(extra);
+        let out = k.run(&args).await;
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&wanted), "{extra:?}: {stderr}");
+    }
 }
