@@ -416,6 +416,18 @@ impl Coster {
             arg_costs.push(c);
             arg_infos.push(info);
         }
+        // `a.?f` (Kubernetes enables CEL optionals): the field must exist all the same.
+        if name == "_?._"
+            && let (
+                Some(operand),
+                Some(IdedExpr {
+                    expr: Expr::Literal(LiteralValue::String(field)),
+                    ..
+                }),
+            ) = (arg_infos.first(), args.get(1))
+        {
+            select(operand, field.inner())?;
+        }
         if name == "dyn" && target.is_none() && args.len() == 1 {
             let mut info = arg_infos.remove(0);
             info.ty = Ty::Dyn;

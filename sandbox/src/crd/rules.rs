@@ -360,6 +360,7 @@ fn uses(source: &str, name: &str) -> bool {
         }
     }
     cel::parser::Parser::new()
+        .enable_optional_syntax(true)
         .parse(source)
         .is_ok_and(|e| walk(&e, name))
 }
@@ -367,6 +368,7 @@ fn uses(source: &str, name: &str) -> bool {
 /// Parses and checks `source` with `self` declared as `decl`; the error is cel-go's issue text.
 pub fn compile(source: &str, decl: &Rc<Decl>) -> Result<cost::Estimate, String> {
     let expr = cel::parser::Parser::new()
+        .enable_optional_syntax(true)
         .parse(source)
         .map_err(|e| e.to_string().replace("\n|", "\n |"))?;
     cost::estimate(&expr, &[("self", decl.clone()), ("oldSelf", decl.clone())])

@@ -592,6 +592,9 @@ fn field_references_are_checked_against_the_schema() {
         error.starts_with("ERROR: <input>:1:5: undefined field 'replica'"),
         "{error}"
     );
+    assert!(compile("self.?replicas.orValue(0) >= 0", &decl).is_ok());
+    let error = compile("self.?replica.orValue(0) >= 0", &decl).unwrap_err();
+    assert!(error.contains("undefined field 'replica'"), "{error}");
     let error = compile("other >= 0", &decl).unwrap_err();
     assert!(error.contains("undeclared reference to 'other'"), "{error}");
 }
