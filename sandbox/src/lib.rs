@@ -16,6 +16,8 @@ pub mod admission;
 pub mod authn;
 /// Simulated kube-controller-manager and kubelet: ReplicaSets and Pods of Deployments.
 mod controllers;
+/// CustomResourceDefinition validation: structural schemas, CEL rules and their static cost.
+pub mod crd;
 /// The API server's defaults for Deployments, Services and pod templates; cluster IPs.
 pub mod defaults;
 /// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.

@@ -8,7 +8,8 @@
 //! `x-kubernetes-validations` (evaluated by `kube-cel`, the kube-rs project's CEL engine).
 //! Messages follow the API server's field-error wording so tests can compare them.
 //!
-//! Not modelled: `format` validation, `allOf`/`anyOf`/`oneOf`/`not`, CEL cost budgets, and
+//! Not modelled: `format` validation, `allOf`/`anyOf`/`oneOf`/`not`, runtime CEL cost budgets
+//! (the static estimate is checked when the CRD is written, `crate::crd`), and
 //! `metadata` validation beyond what CEL rules on the root ask of it.
 
 use std::collections::HashSet;

@@ -397,6 +397,10 @@ fn check_crd(ctx: &Ctx, obj: &mut Value, name: &str) -> Result<(), ApiError> {
     let crd: CustomResourceDefinition = serde_json::from_value(obj.clone()).map_err(|e| {
         ApiError::bad_request(format!("the CustomResourceDefinition cannot be read: {e}"))
     })?;
+    let errors = crate::crd::validate(obj);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(&ctx.rt, name, errors));
+    }
     let mut registry = ctx.inner.store.lock().registry.clone();
     registry
         .register_crd(&crd)

@@ -2,6 +2,7 @@
 //! webhooks against the sandbox.
 
 mod admission;
+mod crd_validation;
 mod faults;
 mod identity;
 mod kube_client;
