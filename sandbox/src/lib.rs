@@ -18,6 +18,8 @@ pub mod authn;
 pub mod defaults;
 /// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.
 mod discovery;
+/// Core and `events.k8s.io` Events as two views of one store: conversion and field labels.
+pub mod events;
 /// Fault injection and the request log.
 pub mod faults;
 /// Field sets (`FieldsV1`): owned, changed and removed fields, and list semantics.
@@ -26,6 +28,8 @@ pub mod fields;
 pub mod managed;
 /// JSON merge patch, JSON patch and strategic merge patch.
 pub mod patch;
+/// The Table columns of built-in kinds (Deployments, ReplicaSets, Pods, Services, Events).
+pub mod printers;
 /// The RBAC authorizer: Roles, ClusterRoles, their bindings, and the default roles.
 pub mod rbac;
 /// Served resource types: built-ins and CRD-registered kinds.

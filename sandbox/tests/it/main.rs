@@ -2,12 +2,14 @@
 //! webhooks against the sandbox.
 
 mod admission;
+mod events;
 mod faults;
 mod identity;
 mod kube_client;
 mod kubectl;
 mod kubectl_auth;
 mod managed_fields;
+mod printers;
 mod rbac;
 mod retention;
 mod strict;
