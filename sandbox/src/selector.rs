@@ -85,6 +85,11 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether an object's labels match.
     pub fn matches(&self, obj: &Value) -> bool {
         self.matches_labels(obj.pointer("/metadata/labels"))
@@ -127,6 +132,11 @@ impl FieldSelector {
             terms.push((path.trim().to_string(), equal, value.trim().to_string()));
         }
         Ok(FieldSelector(terms))
+    }
+
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The field paths the selector names (`metadata.name`).

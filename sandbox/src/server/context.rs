@@ -242,6 +242,11 @@ impl Selectors {
         self.labels.matches(obj) && self.fields_match(obj)
     }
 
+    /// Whether there is no label or field selector.
+    pub(super) fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     /// The event type a watch with these selectors reports for a logged event, if any: an
     /// object entering the selection is ADDED, one leaving it DELETED.
     pub(super) fn event_type(&self, event: &Event) -> Option<&'static str> {

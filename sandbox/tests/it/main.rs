@@ -8,6 +8,7 @@ mod identity;
 mod kube_client;
 mod kubectl;
 mod kubectl_auth;
+mod lists;
 mod managed_fields;
 mod printers;
 mod rbac;
