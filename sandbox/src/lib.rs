@@ -26,6 +26,8 @@ pub mod faults;
 pub mod fields;
 /// `metadata.managedFields`: field ownership per manager, and apply conflicts.
 pub mod managed;
+/// OpenAPI v3 schemas of the built-in kinds, from k8s-openapi's schemars output.
+mod openapi;
 /// JSON merge patch, JSON patch and strategic merge patch.
 pub mod patch;
 /// The Table columns of built-in kinds (Deployments, ReplicaSets, Pods, Services, Events).

@@ -3,6 +3,7 @@
 
 mod admission;
 mod events;
+mod explain;
 mod faults;
 mod identity;
 mod kube_client;
