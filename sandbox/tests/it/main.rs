@@ -2,6 +2,7 @@
 //! webhooks against the sandbox.
 
 mod admission;
+mod create;
 mod events;
 mod explain;
 mod faults;
