@@ -413,7 +413,7 @@ impl Defaulter {
     }
 
     /// Fills in the defaults of `object` by its `apiVersion` and `kind` (Deployments, Services,
-    /// and the pod templates of ReplicaSets, StatefulSets, DaemonSets and Jobs); other kinds are
+    /// Secrets' type, and the pod templates of ReplicaSets, StatefulSets, DaemonSets and Jobs); other kinds are
     /// left as they are. `old` is the stored object on an update.
     pub fn apply(&mut self, object: &mut Value, old: Option<&Value>) -> Result<(), Error> {
         let api_version = object.get("apiVersion").and_then(Value::as_str);
@@ -427,6 +427,17 @@ impl Defaulter {
                     && service_cluster_ip(object) != Some(before)
                 {
                     self.cluster_ips.release(before);
+                }
+            }
+            // `SetDefaults_Secret` (pkg/apis/core/v1/defaults.go): an empty type is Opaque.
+            (Some("v1"), Some("Secret")) => {
+                if let Some(secret) = object.as_object_mut()
+                    && secret
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                {
+                    secret.insert("type".into(), Value::String("Opaque".into()));
                 }
             }
             (Some("apps/v1"), Some("ReplicaSet" | "StatefulSet" | "DaemonSet"))

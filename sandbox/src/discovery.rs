@@ -156,11 +156,25 @@ pub fn openapi_root(registry: &Registry, generation: u64) -> Value {
 /// `x-kubernetes-group-version-kind` and a `fieldValidation` parameter, and the kind's schema.
 pub fn openapi_gv(registry: &Registry, gv_path_requested: &str) -> Option<Value> {
     let mut paths = serde_json::Map::new();
-    let mut schemas = serde_json::Map::new();
-    for t in registry.all() {
-        if gv_path(&t.group, &t.version) != gv_path_requested {
-            continue;
-        }
+    let in_gv =
+        |t: &&std::sync::Arc<ResourceType>| gv_path(&t.group, &t.version) == gv_path_requested;
+    let builtin: Vec<_> = registry
+        .all()
+        .filter(in_gv)
+        .filter(|t| t.crd.is_none())
+        .collect();
+    let components = builtin.first().map(|t| {
+        crate::openapi::components(
+            &t.group,
+            &t.version,
+            builtin.iter().map(|t| t.kind.as_str()),
+        )
+    });
+    let (typed, mut schemas) = match components {
+        Some(c) => (c.kinds, c.schemas),
+        None => (Vec::new(), serde_json::Map::new()),
+    };
+    for t in registry.all().filter(in_gv) {
         let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
         let prefix = format!("/{}", gv_path(&t.group, &t.version));
         let item = if t.namespaced {
@@ -180,6 +194,9 @@ pub fn openapi_gv(registry: &Registry, gv_path_requested: &str) -> Option<Value>
                 "delete": {"x-kubernetes-action": "delete", "x-kubernetes-group-version-kind": gvk},
             }),
         );
+        if t.crd.is_none() && typed.iter().any(|(kind, _)| *kind == t.kind) {
+            continue;
+        }
         let mut schema = t.openapi_schema.clone().unwrap_or_else(
             || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
         );

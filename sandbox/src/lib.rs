@@ -22,14 +22,20 @@ pub mod crd;
 pub mod defaults;
 /// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.
 mod discovery;
+/// Core and `events.k8s.io` Events as two views of one store: conversion and field labels.
+pub mod events;
 /// Fault injection and the request log.
 pub mod faults;
 /// Field sets (`FieldsV1`): owned, changed and removed fields, and list semantics.
 pub mod fields;
 /// `metadata.managedFields`: field ownership per manager, and apply conflicts.
 pub mod managed;
+/// OpenAPI v3 schemas of the built-in kinds, from k8s-openapi's schemars output.
+mod openapi;
 /// JSON merge patch, JSON patch and strategic merge patch.
 pub mod patch;
+/// The Table columns of built-in kinds (Deployments, ReplicaSets, Pods, Services, Events).
+pub mod printers;
 /// The RBAC authorizer: Roles, ClusterRoles, their bindings, and the default roles.
 pub mod rbac;
 /// Served resource types: built-ins and CRD-registered kinds.

@@ -62,7 +62,12 @@ impl ResourceType {
     }
 
     /// The key objects of this resource are stored under (shared by all versions).
+    /// `events.k8s.io` Events are core Events, as kube-apiserver serves both from one storage
+    /// (`pkg/registry/events/rest/storage_events.go`); `crate::events` converts between them.
     pub fn storage(&self) -> (String, String) {
+        if self.group == "events.k8s.io" && self.plural == "events" {
+            return (String::new(), self.plural.clone());
+        }
         (self.group.clone(), self.plural.clone())
     }
 }

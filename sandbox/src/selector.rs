@@ -85,6 +85,11 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether an object's labels match.
     pub fn matches(&self, obj: &Value) -> bool {
         self.matches_labels(obj.pointer("/metadata/labels"))
@@ -129,22 +134,48 @@ impl FieldSelector {
         Ok(FieldSelector(terms))
     }
 
+    /// Whether the selector selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The field paths the selector names (`metadata.name`).
     pub fn paths(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|(path, _, _)| path.as_str())
     }
 
-    /// Whether an object's fields match. A missing field compares as the empty string.
+    /// The selector with each field label rewritten by `convert` (a resource's field-label
+    /// conversion), or the first error it gives.
+    pub fn convert_labels(
+        self,
+        convert: impl Fn(&str) -> Result<String, String>,
+    ) -> Result<Self, String> {
+        let terms = self
+            .0
+            .into_iter()
+            .map(|(path, equal, value)| Ok((convert(&path)?, equal, value)))
+            .collect::<Result<_, String>>()?;
+        Ok(FieldSelector(terms))
+    }
+
+    /// Whether an object's fields match, read as JSON paths. A missing field compares as the
+    /// empty string.
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(path, equal, value)| {
+        self.matches_fields(|path| {
             let pointer = format!("/{}", path.replace('.', "/"));
-            let actual = match obj.pointer(&pointer) {
+            match obj.pointer(&pointer) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(other) => other.to_string(),
-            };
-            (actual == *value) == *equal
+            }
         })
+    }
+
+    /// Whether the values `field` gives for the selector's labels match.
+    pub fn matches_fields(&self, field: impl Fn(&str) -> String) -> bool {
+        self.0
+            .iter()
+            .all(|(path, equal, value)| (field(path) == *value) == *equal)
     }
 }
 

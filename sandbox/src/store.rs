@@ -355,6 +355,8 @@ impl State {
     /// Stores an object under a new resourceVersion and logs the event; returns the stored object.
     pub fn put(&mut self, rt: &ResourceType, mut obj: Value, kind: EventType) -> Value {
         self.expire_events();
+        // Both Event APIs store the core form.
+        crate::events::convert(&mut obj, crate::events::CORE);
         self.rv += 1;
         let rv = self.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));

@@ -1,8 +1,11 @@
 //! `meta.k8s.io/v1` Table output (what `kubectl get` asks for): the Name column, then a CRD's
-//! `additionalPrinterColumns` (Age when it declares none, as the API server defaults them).
+//! `additionalPrinterColumns` (Age when it declares none, as the API server defaults them);
+//! built-in kinds with a printer in `crate::printers` get its columns.
 
 use serde_json::{Value, json};
 
+use crate::printers::Printer;
+pub use crate::printers::human_duration;
 pub use crate::registry::PrinterColumn;
 use crate::registry::ResourceType;
 
@@ -67,41 +70,6 @@ pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
     Some(cur)
 }
 
-/// `5s`, `3m20s`, `2d3h`... like the API server's human-readable durations.
-pub fn human_duration(seconds: i64) -> String {
-    let s = seconds.max(0);
-    let (m, h, d) = (s / 60, s / 3600, s / 86400);
-    if s < 120 {
-        format!("{s}s")
-    } else if m < 10 {
-        if s % 60 == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{}s", s % 60)
-        }
-    } else if h < 3 {
-        format!("{m}m")
-    } else if h < 8 {
-        if m % 60 == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{}m", m % 60)
-        }
-    } else if h < 48 {
-        format!("{h}h")
-    } else if d < 8 {
-        if h % 24 == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{}h", h % 24)
-        }
-    } else if d < 365 * 2 {
-        format!("{d}d")
-    } else {
-        format!("{}y", d / 365)
-    }
-}
-
 fn cell(column: &PrinterColumn, obj: &Value) -> Value {
     let Some(value) = json_path(obj, &column.json_path) else {
         return Value::Null;
@@ -120,8 +88,36 @@ fn cell(column: &PrinterColumn, obj: &Value) -> Value {
     }
 }
 
-/// A Table of `objects`.
+/// The row of one object: its cells and its metadata.
+fn row(cells: Vec<Value>, obj: &Value) -> Value {
+    json!({
+        "cells": cells,
+        "object": {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        },
+    })
+}
+
+/// A Table of `objects`: a built-in kind's own columns (`crate::printers`), else Name and the
+/// printer columns.
 pub fn table(rt: &ResourceType, objects: &[&Value], resource_version: u64) -> Value {
+    if rt.crd.is_none()
+        && let Some(printer) = Printer::for_kind(&rt.group, &rt.kind)
+    {
+        let rows: Vec<Value> = objects
+            .iter()
+            .map(|obj| row((printer.cells)(obj), obj))
+            .collect();
+        return json!({
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": resource_version.to_string()},
+            "columnDefinitions": printer.definitions(),
+            "rows": rows,
+        });
+    }
     let columns: Vec<PrinterColumn> = if rt.printer_columns.is_empty() {
         vec![PrinterColumn::age()]
     } else {
@@ -144,14 +140,7 @@ pub fn table(rt: &ResourceType, objects: &[&Value], resource_version: u64) -> Va
                     .unwrap_or(Value::Null),
             ];
             cells.extend(columns.iter().map(|c| cell(c, obj)));
-            json!({
-                "cells": cells,
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                },
-            })
+            row(cells, obj)
         })
         .collect();
     json!({
@@ -182,14 +171,5 @@ mod tests {
             Some(json!("True"))
         );
         assert_eq!(json_path(&obj, ".spec.missing"), None);
-    }
-
-    #[test]
-    fn durations_read_like_kubectl() {
-        assert_eq!(human_duration(5), "5s");
-        assert_eq!(human_duration(200), "3m20s");
-        assert_eq!(human_duration(3600), "60m");
-        assert_eq!(human_duration(4 * 3600 + 60), "4h1m");
-        assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
     }
 }

@@ -132,6 +132,7 @@ pub(super) fn present(rt: &ResourceType, obj: &Value, meta_only: bool) -> Value 
         });
     }
     let mut out = obj.clone();
+    crate::events::convert(&mut out, &rt.api_version());
     if let Some(m) = out.as_object_mut() {
         m.insert("apiVersion".into(), json!(rt.api_version()));
         m.insert("kind".into(), json!(rt.kind));
@@ -155,7 +156,8 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
 
 /// The fields a custom resource's field selectors may name: `metadata.name`,
 /// `metadata.namespace` and its CRD version's `selectableFields` (apiextensions'
-/// `ConvertFieldLabel`). Built-in kinds' own tables are not modelled: any field is accepted.
+/// `ConvertFieldLabel`). Of the built-in kinds only Events' tables are modelled
+/// (`crate::events`): any field is accepted for the others.
 fn selectable_fields(ctx: &Ctx) -> Vec<String> {
     let mut fields = vec!["metadata.name".to_owned(), "metadata.namespace".to_owned()];
     let Some(crd) = ctx.rt.crd.as_deref() else {
@@ -189,6 +191,8 @@ fn selectable_fields(ctx: &Ctx) -> Vec<String> {
 pub(super) struct Selectors {
     labels: LabelSelector,
     fields: FieldSelector,
+    /// Events: the field selector names `ToSelectableFields`' fields, not JSON paths.
+    event_fields: bool,
 }
 
 impl Selectors {
@@ -198,6 +202,18 @@ impl Selectors {
             .map_err(ApiError::bad_request)?;
         let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
             .map_err(ApiError::bad_request)?;
+        let event_fields =
+            ctx.rt.kind == "Event" && matches!(ctx.rt.group.as_str(), "" | "events.k8s.io");
+        let fields = if event_fields {
+            let api_version = ctx.rt.api_version();
+            fields
+                .convert_labels(|label| {
+                    crate::events::field_label(&api_version, label).map(str::to_owned)
+                })
+                .map_err(ApiError::bad_request)?
+        } else {
+            fields
+        };
         if ctx.rt.crd.is_some() {
             let supported = selectable_fields(ctx);
             if let Some(path) = fields.paths().find(|p| !supported.iter().any(|s| s == p)) {
@@ -206,11 +222,29 @@ impl Selectors {
                 )));
             }
         }
-        Ok(Selectors { labels, fields })
+        Ok(Selectors {
+            labels,
+            fields,
+            event_fields,
+        })
+    }
+
+    fn fields_match(&self, obj: &Value) -> bool {
+        if self.event_fields {
+            self.fields
+                .matches_fields(|field| crate::events::selectable_field(obj, field))
+        } else {
+            self.fields.matches(obj)
+        }
     }
 
     pub(super) fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches(obj) && self.fields.matches(obj)
+        self.labels.matches(obj) && self.fields_match(obj)
+    }
+
+    /// Whether there is no label or field selector.
+    pub(super) fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
     }
 
     /// The event type a watch with these selectors reports for a logged event, if any: an
@@ -219,8 +253,8 @@ impl Selectors {
         let now = self.matches(&event.object);
         match (event.kind, &event.previous_labels) {
             (EventType::Modified, Some(previous)) => {
-                let before = self.fields.matches(&event.object)
-                    && self.labels.matches_labels(Some(previous));
+                let before =
+                    self.fields_match(&event.object) && self.labels.matches_labels(Some(previous));
                 match (before, now) {
                     (true, true) => Some("MODIFIED"),
                     (false, true) => Some("ADDED"),
@@ -233,12 +267,16 @@ impl Selectors {
     }
 }
 
+/// The stored object the URL names, in the form of the URL's API (writes work on that form).
 pub(super) fn read_current(ctx: &Ctx) -> Option<Value> {
-    ctx.inner
+    let mut current = ctx
+        .inner
         .store
         .lock()
         .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
-        .cloned()
+        .cloned()?;
+    crate::events::convert(&mut current, &ctx.rt.api_version());
+    Some(current)
 }
 
 /// The request's media type: the Content-Type without parameters (`; charset=...`).

@@ -61,8 +61,16 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
             break;
         }
     }
+    // How many are left after this page, counted only without selectors, as etcd3's store
+    // does (`GetList`: it counts the remaining keys, which a selector would not filter).
+    let remaining = match last {
+        Some(_) if limit.is_some() && selectors.is_empty() => matching.by_ref().count(),
+        Some(_) if limit.is_some() => usize::from(matching.next().is_some()),
+        _ => 0,
+    };
+    drop(matching);
     let next = match last {
-        Some(after) if limit.is_some() && matching.next().is_some() => Some(
+        Some(after) if remaining > 0 => Some(
             ListContinue {
                 rv: list_rv,
                 after: after.clone(),
@@ -71,10 +79,12 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
         ),
         _ => None,
     };
-    drop(matching);
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
     if let Some(next) = next {
         metadata["continue"] = json!(next);
+        if selectors.is_empty() {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
     }
     if ctx.table {
         let mut table = crate::table::table(&ctx.rt, &page, list_rv);

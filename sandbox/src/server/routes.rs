@@ -14,7 +14,7 @@ use super::access::{self, watching};
 use super::context::{
     Ctx, FieldValidation, Inner, ResPath, json_response, media_type, not_found_path, parse_body,
 };
-use super::{create, delete, get, list, patch, review, scale, update, watch};
+use super::{create, delete, get, list, patch, protobuf, review, scale, update, watch};
 use crate::discovery;
 use crate::faults::RequestRecord;
 use crate::rbac::Attributes;
@@ -330,17 +330,27 @@ async fn resource(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if is_write && !body.is_empty() && content_type.contains("protobuf") {
-        // kubectl's typed clientset (create namespace, create configmap, ...) sends protobuf
-        // and does not fall back; the sandbox models JSON only.
-        return Err(ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            format!(
-                "the sandbox API server does not decode {content_type}; send JSON (kubectl apply -f works)"
-            ),
-        ));
-    }
+    // kubectl's typed clientset (create namespace, create configmap, ...) sends protobuf and
+    // does not fall back: the kinds it creates so are decoded, the rest refused.
+    let body = if is_write && !body.is_empty() && content_type.contains("protobuf") {
+        let object = match ctx.rt.group.is_empty() {
+            true => protobuf::decode_object(&ctx.rt.kind, &body).map_err(ApiError::bad_request)?,
+            false => None,
+        };
+        let object = object.ok_or_else(|| {
+            ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the sandbox API server does not decode {content_type} for {}; send JSON (kubectl apply -f works)",
+                    ctx.rt.qualified()
+                ),
+            )
+        })?;
+        Bytes::from(object.to_string())
+    } else {
+        body
+    };
     let field_manager = query.get("fieldManager").map(String::as_str);
     if is_write && let Some(err) = inner.faults.take_write_fault(field_manager) {
         return Err(err);

@@ -3,13 +3,18 @@
 
 mod admission;
 mod crd_validation;
+mod create;
+mod events;
+mod explain;
 mod faults;
 mod identity;
 mod kube_client;
 mod kubectl;
 mod kubectl_auth;
+mod lists;
 mod managed_fields;
 mod pods;
+mod printers;
 mod rbac;
 mod retention;
 mod reviews;
