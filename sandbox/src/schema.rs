@@ -499,13 +499,7 @@ fn check_list_uniqueness(
 ) {
     match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
         Some("map") => {
-            let keys: Vec<&str> = schema
-                .get("x-kubernetes-list-map-keys")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+            let keys = strings(schema, "x-kubernetes-list-map-keys");
             let mut seen = HashSet::new();
             for (i, item) in items.iter().enumerate() {
                 let key: Vec<Value> = keys
@@ -700,6 +694,18 @@ fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
         }
     }
     Some(cur)
+}
+
+/// The strings of the list `schema[key]` (`required`, `x-kubernetes-list-map-keys`): empty when
+/// absent, non-strings skipped.
+pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
+    schema
+        .get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
 }
 
 #[cfg(test)]

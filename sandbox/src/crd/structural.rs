@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::errors::{forbidden, invalid, not_supported, quote, required};
 use super::rules::{self, CelScope};
-use crate::schema::{CrdSchema, FieldError};
+use crate::schema::{CrdSchema, FieldError, strings};
 
 /// The schema's own level, which decides the wording of a missing `type`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -603,13 +603,7 @@ fn list_types(s: &Value, path: &str, errors: &mut Vec<FieldError>) {
             ));
         }
     }
-    let keys: Vec<&str> = s
-        .get("x-kubernetes-list-map-keys")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let keys = strings(s, "x-kubernetes-list-map-keys");
     if !keys.is_empty() && list_type != Some("map") {
         match list_type {
             None => errors.push(required(
@@ -679,20 +673,8 @@ fn map_list_keys(s: &Value, path: &str, errors: &mut Vec<FieldError>) {
     if list_type != Some("map") {
         return;
     }
-    let required_keys: Vec<&str> = items
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    for key in s
-        .get("x-kubernetes-list-map-keys")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
+    let required_keys = strings(items, "required");
+    for key in strings(s, "x-kubernetes-list-map-keys") {
         let Some(prop) = items.pointer(&format!("/properties/{key}")) else {
             continue;
         };

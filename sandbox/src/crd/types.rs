@@ -8,6 +8,8 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use crate::schema::strings;
+
 /// kube-apiserver's maximum request size (`k8s.io/apiserver/pkg/apis/cel/config.go`).
 pub const MAX_REQUEST_SIZE_BYTES: u64 = 3 * 1024 * 1024;
 
@@ -111,13 +113,7 @@ fn is_embedded(s: &Value) -> bool {
 }
 
 fn object(s: &Value, resource_root: bool) -> Decl {
-    let required: Vec<&str> = s
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let required = strings(s, "required");
     let mut fields = BTreeMap::new();
     let mut min_size = 2;
     for (name, prop) in s
