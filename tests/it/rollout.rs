@@ -5,6 +5,7 @@
 //! the Ready pods, over TLS verified against the Service's DNS name, with keep-alive
 //! connections as the API server keeps them. `node.rs` plays the Deployment controller, the
 //! kubelet and the endpoints controller, and says how the pod spec is translated to loopback.
+//! One value of the manifest is changed, the drain delay ([`DRAIN_DELAY`] says why).
 //!
 //! Two bad rollouts must hold `kubectl rollout status` back: a pod that crashes at start (a
 //! mistyped certificate directory) and a pod that runs but answers `/readyz` 503 (its Secret
@@ -51,6 +52,35 @@ use node::Node;
 const READY_WITHIN: Duration = Duration::from_secs(10);
 /// How many MyApps the writer edits in turn.
 const APPS: usize = 5;
+/// The one value of the manifest this test changes. A terminating pod keeps answering for its
+/// drain delay, so that the webhook's endpoints drop it before it stops accepting; the
+/// manifest's 10 s covers endpoint propagation in a cluster, the node here updates the
+/// endpoints every [`node::TICK`] (100 ms). 2 s keeps twenty ticks of margin, and saves 8 s on
+/// each of the three times the leader drains (the Lease moves only when it exits).
+const DRAIN_DELAY: &str = "2s";
+/// How long a rollout that must not succeed is watched: two readiness periods of the manifest
+/// (2 s each) after the new pod starts, more than a pod that wrongly turned Ready would need.
+const MUST_NOT_FINISH_WITHIN: &str = "4s";
+
+/// `deployment` with its container's `MYAPP_DRAIN_DELAY` set to `delay`.
+fn with_drain_delay(mut deployment: Deployment, delay: &str) -> Deployment {
+    let containers = &mut deployment
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers;
+    let var = containers
+        .iter_mut()
+        .flat_map(|c| c.env.iter_mut().flatten())
+        .find(|var| var.name == "MYAPP_DRAIN_DELAY")
+        .expect("deploy/deployment.yaml sets MYAPP_DRAIN_DELAY");
+    var.value = Some(delay.to_owned());
+    deployment
+}
 
 fn document(file: &str, kind: &str) -> Value {
     documents(file)
@@ -212,8 +242,10 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
     };
     let admin = cluster.client();
     install_webhooks(&admin, &cluster.bundle.ca_pem).await;
-    let manifest: Deployment =
-        serde_json::from_value(document("deployment.yaml", "Deployment")).unwrap();
+    let manifest = with_drain_delay(
+        serde_json::from_value(document("deployment.yaml", "Deployment")).unwrap(),
+        DRAIN_DELAY,
+    );
     let name = manifest.metadata.name.clone().unwrap();
     let namespace = manifest.metadata.namespace.clone().unwrap();
     cluster.sandbox.rollouts().exclude(&namespace, &name);
@@ -312,7 +344,7 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
     kubectl
         .ok(&typo.iter().map(String::as_str).collect::<Vec<_>>())
         .await;
-    let (ok, text, _) = rollout_status(&kubectl, &name, "8s").await;
+    let (ok, text, _) = rollout_status(&kubectl, &name, MUST_NOT_FINISH_WITHIN).await;
     assert!(
         !ok,
         "rollout status reported an unready pod's rollout done: {text}"
@@ -377,7 +409,7 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
     kubectl
         .ok(&expire.iter().map(String::as_str).collect::<Vec<_>>())
         .await;
-    let (ok, text, _) = rollout_status(&kubectl, &name, "8s").await;
+    let (ok, text, _) = rollout_status(&kubectl, &name, MUST_NOT_FINISH_WITHIN).await;
     assert!(
         !ok,
         "rollout status reported a 503 pod's rollout done: {text}"

@@ -43,7 +43,7 @@ use crate::run::{Cluster, status_of};
 
 /// How often the simulated controllers look at the world (the kubelet probes on its own
 /// schedule, from the manifest; this is only the resolution of that schedule).
-const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 /// The kubelet's first restart delay after a crash (then doubled), as in CrashLoopBackOff.
 const CRASH_BACKOFF: Duration = Duration::from_secs(10);
 
