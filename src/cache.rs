@@ -6,9 +6,13 @@
 //! A k8s-openapi `Deployment` is 2.4 KB inline and each `Container` another 2.1 KB before any
 //! content, nearly all of it optional fields the operator never reads. These types deserialize
 //! straight from the API's JSON (unknown fields are skipped while parsing), serialize under the
-//! same field names, and inherit the `Resource` impl of the full type, so `Api`, the watcher and
-//! the reflector use them like the real thing. The partial types inside them are named
-//! `Slim*`, so that none reads as k8s-openapi's type of the same name.
+//! same field names, and inherit the `Resource` impl of the full type, so `Api` and the watcher
+//! use them like the real thing. The partial types inside them are named `Slim*`, so that none
+//! reads as k8s-openapi's type of the same name. [`Packed`] keeps each child as its JSON.
+
+mod packed;
+
+pub use packed::{Packed, PackedWriter, packed};
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},

@@ -25,17 +25,18 @@ use kube::{
         Controller, WatchStreamExt,
         controller::{self, Action},
         events::{Event, EventType, Recorder, Reporter},
-        reflector::{self, ObjectRef, Store},
+        reflector::{self, ObjectRef},
         utils::Backoff,
         watcher,
     },
 };
 use serde_json::json;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
-    cache::{self, CachedDeployment, CachedService},
+    cache::{self, CachedDeployment, CachedService, Packed},
     crd::{MyApp, MyAppStatus},
     metrics::{Metrics, ReconcileResult, queue::Queue},
     permission::Permission,
@@ -102,8 +103,8 @@ impl Default for Config {
 /// What every reconcile shares.
 pub struct Context {
     client: Client,
-    deployments: Store<CachedDeployment>,
-    services: Store<CachedService>,
+    deployments: Packed<CachedDeployment>,
+    services: Packed<CachedService>,
     /// Whether each child cache holds a complete list yet.
     deployments_listed: Listed,
     services_listed: Listed,
@@ -121,6 +122,8 @@ pub struct Context {
     awaiting_rollout: Waiting<ObjectRef<MyApp>>,
     /// Rewrites of each Deployment at one generation: fights with another writer.
     fights: fight::Fights,
+    /// Events being published, waited for (a little) when the controller stops.
+    publishing: TaskTracker,
 }
 
 /// A child of a MyApp.
@@ -129,6 +132,9 @@ enum Child {
     Deployment,
     Service,
 }
+
+/// How long a stopping controller waits for the Events it is still publishing.
+const PUBLISH_AT_STOP: Duration = Duration::from_secs(2);
 
 /// How long our writes are remembered for read-your-writes: far longer than a watch event
 /// takes to arrive.
@@ -174,21 +180,21 @@ pub async fn run(
         .applied_objects()
         .inspect_ok(queue_self(&queue));
 
-    let (deployments, deployments_writer) = reflector::store::<CachedDeployment>();
+    let (deployments, mut deployments_writer) = cache::packed::<CachedDeployment>();
     let deployment_events = watcher(
         Api::<CachedDeployment>::all(client.clone()),
         children_config.clone(),
     )
     .default_backoff()
-    .reflect(deployments_writer)
+    .inspect_ok(move |event| deployments_writer.apply(event))
     .inspect_ok(on_list_done(&listed, &deployments_listed))
     .touched_objects()
     .inspect_ok(queue_owner(&queue));
 
-    let (services, services_writer) = reflector::store::<CachedService>();
+    let (services, mut services_writer) = cache::packed::<CachedService>();
     let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
-        .reflect(services_writer)
+        .inspect_ok(move |event| services_writer.apply(event))
         .inspect_ok(on_list_done(&listed, &services_listed))
         .touched_objects()
         .inspect_ok(queue_owner(&queue));
@@ -201,6 +207,7 @@ pub async fn run(
         })
     };
 
+    let publishing = TaskTracker::new();
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
         instance: config.instance.clone(),
@@ -219,6 +226,7 @@ pub async fn run(
         reported: RecentWrites::new(RECENT_WRITES_TTL),
         awaiting_rollout: Waiting::new(PENDING_GRACE),
         fights: fight::Fights::default(),
+        publishing: publishing.clone(),
     });
 
     // Lives as long as the Controller below, never longer (a watch that never lists would
@@ -260,6 +268,16 @@ pub async fn run(
     tokio::select! {
         () = controller => {}
         () = announce_synced => {}
+    }
+    publishing.close();
+    if tokio::time::timeout(PUBLISH_AT_STOP, publishing.wait())
+        .await
+        .is_err()
+    {
+        warn!(
+            left = publishing.len(),
+            "Stopped with Events still being published"
+        );
     }
     queue.clear();
     info!("Controller stopped");
@@ -454,8 +472,7 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
             action: "Reconcile".into(),
             secondary: None,
         };
-        let reference = app.object_ref(&());
-        tokio::spawn(async move { ctx.publish(&event, &reference).await });
+        ctx.publish_later(event, app.object_ref(&()));
     }
     Action::requeue(delay)
 }
@@ -528,11 +545,9 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     ctx.services_listed.wait().await;
 
     let key = ObjectRef::from_obj(app);
-    let deployment = ctx
-        .deployments
-        .get(&ObjectRef::new(&name).within(&namespace));
-    let service = ctx.services.get(&ObjectRef::new(&name).within(&namespace));
-    let (deployment, service) = (deployment.as_deref(), service.as_deref());
+    let deployment = ctx.deployments.get(&namespace, &name);
+    let service = ctx.services.get(&namespace, &name);
+    let (deployment, service) = (deployment.as_ref(), service.as_ref());
     // Asked first, always: a lookup that finds the cache caught up ends the entry.
     let observed = Observed {
         deployment,
@@ -563,82 +578,93 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     if let Some(wait) = held {
         debug!(%name, %namespace, ?wait, "Holding off the Deployment: fight");
     }
-    if let Some(desired) = plan.deployment.as_ref().filter(|_| held.is_none()) {
-        let changed = deployment.map(|observed| {
-            fight::changed_fields(
-                &serde_json::to_value(desired).unwrap_or_default(),
-                &serde_json::to_value(observed).unwrap_or_default(),
-            )
-        });
-        let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
-        // Before the forced apply takes the fields back: who owns them now.
-        let rivals = match &changed {
-            Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
-                let desired = serde_json::to_value(desired).unwrap_or_default();
-                let ours = [FIELD_MANAGER, REPLICAS_HANDOFF_MANAGER];
-                fight::rivals(&api, &name, &desired, &ours).await
-            }
-            _ => Vec::new(),
-        };
-        if let Some(replicas) = plan.hand_over_replicas {
-            let keep = json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"replicas": replicas},
+    // The two children do not depend on each other: both applies are in flight at once.
+    let deployment_applied = async {
+        if let Some(desired) = plan.deployment.as_ref().filter(|_| held.is_none()) {
+            let changed = deployment.map(|observed| {
+                fight::changed_fields(
+                    &serde_json::to_value(desired).unwrap_or_default(),
+                    &serde_json::to_value(observed).unwrap_or_default(),
+                )
             });
-            api.patch(
-                &name,
-                &PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force(),
-                &Patch::Apply(&keep),
-            )
-            .await
-            .map_err(Error::HandOffReplicas)?;
-            ctx.metrics.wrote("replicas_handoff");
-        }
-        let written = api
-            .patch(&name, &apply, &Patch::Apply(desired))
-            .await
-            .map_err(Error::ApplyDeployment)?;
-        ctx.metrics.wrote("deployment");
-        info!(%name, %namespace, "Applied Deployment");
-        ctx.applied.record(
-            (key.clone(), Child::Deployment),
-            version(deployment).map(str::to_owned),
-            written.resource_version().as_deref(),
-            plan::digest(desired),
-        );
-        ctx.awaiting_rollout.start(key.clone());
-        if let Some(changed) = changed
-            && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
-        {
-            ctx.metrics.fights.inc();
-            let fields = changed.join(", ");
-            let managers: Vec<&str> = rivals.iter().map(|r| r.manager.as_str()).collect();
-            warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, ?managers, "Fight over Deployment");
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "FightDetected".into(),
-                note: Some(fight::note(&fight, generation, &fields, &rivals)),
-                action: "Reconcile".into(),
-                secondary: None,
+            let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
+            // Before the forced apply takes the fields back: who owns them now.
+            let rivals = match &changed {
+                Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
+                    let desired = serde_json::to_value(desired).unwrap_or_default();
+                    let ours = [FIELD_MANAGER, REPLICAS_HANDOFF_MANAGER];
+                    fight::rivals(&api, &name, &desired, &ours).await
+                }
+                _ => Vec::new(),
             };
-            ctx.publish(&event, &app.object_ref(&())).await;
+            if let Some(replicas) = plan.hand_over_replicas {
+                let keep = json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"replicas": replicas},
+                });
+                api.patch(
+                    &name,
+                    &PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force(),
+                    &Patch::Apply(&keep),
+                )
+                .await
+                .map_err(Error::HandOffReplicas)?;
+                ctx.metrics.wrote("replicas_handoff");
+            }
+            let written = api
+                .patch(&name, &apply, &Patch::Apply(desired))
+                .await
+                .map_err(Error::ApplyDeployment)?;
+            ctx.metrics.wrote("deployment");
+            info!(%name, %namespace, "Applied Deployment");
+            ctx.applied.record(
+                (key.clone(), Child::Deployment),
+                version(deployment).map(str::to_owned),
+                written.resource_version().as_deref(),
+                plan::digest(desired),
+            );
+            ctx.awaiting_rollout.start(key.clone());
+            if let Some(changed) = changed
+                && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
+            {
+                ctx.metrics.fights.inc();
+                let fields = changed.join(", ");
+                let managers: Vec<&str> = rivals.iter().map(|r| r.manager.as_str()).collect();
+                warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, ?managers, "Fight over Deployment");
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "FightDetected".into(),
+                    note: Some(fight::note(&fight, generation, &fields, &rivals)),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                };
+                ctx.publish(&event, &app.object_ref(&())).await;
+            }
         }
-    }
-    if let Some(desired) = &plan.service {
-        let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
-            .patch(&name, &apply, &Patch::Apply(desired))
-            .await
-            .map_err(Error::ApplyService)?;
-        ctx.metrics.wrote("service");
-        info!(%name, %namespace, "Applied Service");
-        ctx.applied.record(
-            (key.clone(), Child::Service),
-            version(service).map(str::to_owned),
-            written.resource_version().as_deref(),
-            plan::digest(desired),
-        );
-    }
+        Ok::<(), Error>(())
+    };
+    let service_applied = async {
+        if let Some(desired) = &plan.service {
+            let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
+                .patch(&name, &apply, &Patch::Apply(desired))
+                .await
+                .map_err(Error::ApplyService)?;
+            ctx.metrics.wrote("service");
+            info!(%name, %namespace, "Applied Service");
+            ctx.applied.record(
+                (key.clone(), Child::Service),
+                version(service).map(str::to_owned),
+                written.resource_version().as_deref(),
+                plan::digest(desired),
+            );
+        }
+        Ok::<(), Error>(())
+    };
+    let (deployment_applied, service_applied) =
+        future::join(deployment_applied, service_applied).await;
+    deployment_applied?;
+    service_applied?;
     if let Some(status) = &plan.status {
         let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
         let written = Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
@@ -665,7 +691,9 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             action: "Reconcile".into(),
             secondary: None,
         };
-        ctx.publish(&event, &app.object_ref(&())).await;
+        // Not awaited: the reconcile is done once the status is written, and the next one
+        // need not wait for this Event's round trip.
+        ctx.publish_later(event, app.object_ref(&()));
     }
     Ok(Outcome {
         writes: plan.writes() - u32::from(held.is_some()),
@@ -689,10 +717,22 @@ impl Context {
     /// only hold one full Event per MyApp: measured, the largest single item in memory after
     /// 10,000 creates. Building one costs a client clone and an empty map.
     async fn publish(&self, event: &Event, regarding: &ObjectReference) {
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(error) = recorder.publish(event, regarding).await {
-            warn!(%error, "Failed to publish Event");
-        }
+        publish(self.client.clone(), self.reporter.clone(), event, regarding).await;
+    }
+
+    /// Publishes an Event in a task of its own; the controller waits for such tasks, at most
+    /// [`PUBLISH_AT_STOP`], when it stops.
+    fn publish_later(&self, event: Event, regarding: ObjectReference) {
+        let (client, reporter) = (self.client.clone(), self.reporter.clone());
+        self.publishing
+            .spawn(async move { publish(client, reporter, &event, &regarding).await });
+    }
+}
+
+async fn publish(client: Client, reporter: Reporter, event: &Event, regarding: &ObjectReference) {
+    let recorder = Recorder::new(client, reporter);
+    if let Err(error) = recorder.publish(event, regarding).await {
+        warn!(%error, "Failed to publish Event");
     }
 }
 
