@@ -10,21 +10,111 @@
 //! reconcile reads each of its two children once; parsing them takes microseconds, beside the
 //! milliseconds its writes take.
 //!
+//! The JSON is stored with its most common tokens (field names, and the label keys and values
+//! the operator writes on every child) replaced by one byte each, which halves it: see
+//! [`TOKENS`].
+//!
 //! Events are applied as kube's `reflector::store::Writer` applies them: a (re)list fills a
 //! side buffer that replaces the whole cache at `InitDone`.
 
 use std::{
     collections::HashMap,
     marker::PhantomData,
-    sync::{Arc, PoisonError, RwLock},
+    sync::{Arc, LazyLock, PoisonError, RwLock},
 };
 
 use kube::{Resource, runtime::watcher};
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::warn;
 
-/// JSON by `namespace/name`.
+use crate::resources;
+
+/// Encoded JSON by `namespace/name`.
 type Objects = HashMap<Box<str>, Box<[u8]>>;
+
+/// The strings whose quoted JSON form is stored as one byte, the n-th as byte n. Compact JSON,
+/// as `serde_json::to_vec` writes it, never holds a byte below 0x20 (whitespace is not written
+/// and control characters in strings are escaped), so replacing each token by its byte and each
+/// such byte by its token gives back every byte as it was, wherever a token is found. Longest
+/// and most repeated first; at most 32.
+const TOKENS: &[&str] = &[
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/name",
+    resources::FIELD_MANAGER,
+    resources::APP_NAME,
+    resources::APPLIED_DIGEST_ANNOTATION,
+    "metadata",
+    "namespace",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "ownerReferences",
+    "apiVersion",
+    "example.com/v1",
+    "MyApp",
+    "controller",
+    "blockOwnerDeletion",
+    "labels",
+    "annotations",
+    "matchLabels",
+    "template",
+    "containers",
+    "containerPort",
+    "protocol",
+    "observedGeneration",
+    "updatedReplicas",
+    "availableReplicas",
+    "conditions",
+    "lastTransitionTime",
+    "MinimumReplicasAvailable",
+    "NewReplicaSetAvailable",
+    "targetPort",
+];
+
+/// [`TOKENS`] as they appear in JSON, quotes included.
+static QUOTED: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+    TOKENS
+        .iter()
+        .map(|token| serde_json::to_vec(token).unwrap_or_default())
+        .collect()
+});
+
+/// `json` with every token of [`QUOTED`] replaced by its byte.
+fn encode(json: &[u8]) -> Vec<u8> {
+    let quoted = &*QUOTED;
+    let mut out = Vec::with_capacity(json.len() / 2);
+    let mut rest = json;
+    while let Some((&first, tail)) = rest.split_first() {
+        let token = (first == b'"')
+            .then(|| quoted.iter().position(|q| rest.starts_with(q)))
+            .flatten();
+        match token {
+            Some(code) => {
+                out.push(code as u8);
+                rest = &rest[quoted[code].len()..];
+            }
+            None => {
+                out.push(first);
+                rest = tail;
+            }
+        }
+    }
+    out
+}
+
+/// What [`encode`] was given.
+fn decode(encoded: &[u8]) -> Vec<u8> {
+    let quoted = &*QUOTED;
+    let mut out = Vec::with_capacity(encoded.len() * 2);
+    for &byte in encoded {
+        match quoted.get(usize::from(byte)).filter(|_| byte < 0x20) {
+            Some(token) => out.extend_from_slice(token),
+            None => out.push(byte),
+        }
+    }
+    out
+}
 
 /// The reading half of a cache of `K`s.
 pub struct Packed<K> {
@@ -114,7 +204,7 @@ impl<K: Resource + Serialize> PackedWriter<K> {
 /// child as missing and apply it again, and the failure is logged.
 fn pack<K: Resource + Serialize>(object: &K) -> Option<Box<[u8]>> {
     match serde_json::to_vec(object) {
-        Ok(json) => Some(json.into_boxed_slice()),
+        Ok(json) => Some(encode(&json).into_boxed_slice()),
         Err(error) => {
             let meta = object.meta();
             warn!(name = ?meta.name, namespace = ?meta.namespace, %error, "Child not cached: cannot serialize it");
@@ -127,8 +217,9 @@ impl<K: DeserializeOwned> Packed<K> {
     /// The object named `name` in `namespace`, if the cache holds it.
     pub fn get(&self, namespace: &str, name: &str) -> Option<K> {
         let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
-        let json = objects.get(&*key(namespace, name))?;
-        match serde_json::from_slice(json) {
+        let json = decode(objects.get(&*key(namespace, name))?);
+        drop(objects);
+        match serde_json::from_slice(&json) {
             Ok(object) => Some(object),
             // Only what `pack` wrote is read back; as in `pack`, the child then reads as
             // missing and is applied again.
@@ -156,6 +247,37 @@ impl<K: DeserializeOwned> Packed<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn every_token_has_a_byte_below_0x20() {
+        assert!(TOKENS.len() <= 0x20, "{} tokens", TOKENS.len());
+        let mut seen = std::collections::HashSet::new();
+        assert!(
+            TOKENS.iter().all(|t| seen.insert(t)),
+            "a token is listed twice"
+        );
+    }
+
+    proptest! {
+        // Any compact JSON, tokens or not, inside strings, escaped or not, comes back whole.
+        #[test]
+        fn decoding_gives_back_what_was_encoded(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    proptest::sample::select(TOKENS.to_vec()).prop_map(str::to_owned),
+                    ".{0,12}",
+                    Just("\\\"".to_owned()),
+                ],
+                0..12,
+            ),
+        ) {
+            let text = parts.concat();
+            let json = serde_json::to_vec(&serde_json::json!({ &text: [&text, {"k": &text}] })).unwrap();
+            prop_assert!(json.iter().all(|&b| b >= 0x20));
+            prop_assert_eq!(decode(&encode(&json)), json);
+        }
+    }
     use crate::cache::{CachedDeployment, CachedService};
     use serde_json::{Value, json};
 
@@ -266,8 +388,15 @@ mod tests {
         let web = deployment("web", "7");
         writer.apply(&watcher::Event::Apply(web.clone()));
         let objects = cache.objects.read().unwrap();
-        let json = objects.get("shop/web").unwrap();
-        let parsed: Value = serde_json::from_slice(json).unwrap();
+        let encoded = objects.get("shop/web").unwrap();
+        let json = decode(encoded);
+        let parsed: Value = serde_json::from_slice(&json).unwrap();
+        assert!(
+            encoded.len() * 10 < json.len() * 7,
+            "{} bytes stored for {} of JSON",
+            encoded.len(),
+            json.len()
+        );
         assert_eq!(parsed, serde_json::to_value(&web).unwrap());
         // Only what the cached type keeps: no uid.
         assert_eq!(parsed["metadata"].get("uid"), None);
