@@ -208,6 +208,10 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`; RSS
     // and CPU are then read from the operator's own process, found under the wrapper.
     let wrapper = std::env::var("MYAPP_BENCH_WRAPPER").unwrap_or_default();
+    // Short, so that the resync below is measured soon, but at least 2 ms per MyApp: with
+    // 100,000 MyApps a 10 s resync asked for 10,000 reconciles a second, and the operator spent
+    // the run on resyncs (2.7 million reconciles in 13 minutes) instead of converging.
+    let resync = Duration::from_secs(10).max(Duration::from_millis(apps as u64 * 2));
     let mut command: Vec<&std::ffi::OsStr> = wrapper
         .split_whitespace()
         .map(std::ffi::OsStr::new)
@@ -230,7 +234,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
             "--log-level",
             "info,myapp_operator::controller=warn",
             "--resync",
-            "10s",
+            &format!("{}s", resync.as_secs()),
         ])
         .args(["--concurrency", &concurrency.to_string()])
         .arg("--cert-dir")
@@ -337,7 +341,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let loaded_kib = status_kib(pid, "VmRSS");
     let cpu_converging = cpu_seconds(pid)? - cpu_idle;
 
-    // A resync: every MyApp's requeue comes due (10 s, jittered) and it is reconciled again.
+    // A resync: every MyApp's requeue comes due (`resync`, jittered) and it is reconciled again.
     sandbox.faults().clear_requests();
     let mark = probe::reconciles(admin).await?;
     let cpu_before = cpu_seconds(pid)?;
