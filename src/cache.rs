@@ -8,11 +8,7 @@
 //! straight from the API's JSON (unknown fields are skipped while parsing), serialize under the
 //! same field names, and inherit the `Resource` impl of the full type, so `Api` and the watcher
 //! use them like the real thing. The partial types inside them are named `Slim*`, so that none
-//! reads as k8s-openapi's type of the same name. [`Packed`] keeps each child as its JSON.
-
-mod packed;
-
-pub use packed::{Packed, PackedWriter, packed};
+//! reads as k8s-openapi's type of the same name. [`crate::packed`] keeps each child as its JSON.
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},

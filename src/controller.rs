@@ -36,9 +36,10 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
-    cache::{self, CachedDeployment, CachedService, Packed},
+    cache::{self, CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus},
     metrics::{Metrics, ReconcileResult, queue::Queue},
+    packed::{self, Packed},
     permission::Permission,
     plan::{self, Observed, PENDING_GRACE},
     recent::{RecentWrites, Waiting},
@@ -180,7 +181,7 @@ pub async fn run(
         .applied_objects()
         .inspect_ok(queue_self(&queue));
 
-    let (deployments, mut deployments_writer) = cache::packed::<CachedDeployment>();
+    let (deployments, mut deployments_writer) = packed::packed::<CachedDeployment>();
     let deployment_events = watcher(
         Api::<CachedDeployment>::all(client.clone()),
         children_config.clone(),
@@ -191,7 +192,7 @@ pub async fn run(
     .touched_objects()
     .inspect_ok(queue_owner(&queue));
 
-    let (services, mut services_writer) = cache::packed::<CachedService>();
+    let (services, mut services_writer) = packed::packed::<CachedService>();
     let service_events = watcher(Api::<CachedService>::all(client.clone()), children_config)
         .default_backoff()
         .inspect_ok(move |event| services_writer.apply(event))

@@ -29,6 +29,8 @@ pub mod fixtures;
 pub mod leader;
 /// Prometheus metrics.
 pub mod metrics;
+/// The children's watch caches: each child one allocation of its (token-coded) JSON.
+pub mod packed;
 /// One RBAC permission the operator needs; the tables are next to the calls.
 pub mod permission;
 /// One reconcile decided without IO: what to apply, report, publish, and when to look again.

@@ -178,7 +178,10 @@ async fn a_myapp_gets_owned_children_with_injected_defaults_and_a_running_status
         .map(|r| (r.resource.unwrap_or_default(), r.subresource))
         .filter(|(resource, _)| ["deployments", "services", "myapps"].contains(&resource.as_str()))
         .collect();
+    // The two children's applies are in flight at once, so either may land first.
     let (children, statuses) = operator_writes.split_at(2);
+    let mut children = children.to_vec();
+    children.sort();
     assert_eq!(
         children,
         [("deployments".into(), None), ("services".into(), None)]

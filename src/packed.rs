@@ -2,7 +2,7 @@
 //! when a reconcile reads it.
 //!
 //! kube's reflector store keeps an `Arc` of the typed object under an `ObjectRef` key. Even with
-//! the partial types of [`super`] that is some forty allocations per child, most of them short
+//! the partial types of [`crate::cache`] that is some forty allocations per child, most of them short
 //! strings that glibc's malloc rounds up to 32 bytes, around a 370-byte `ObjectMeta` whose
 //! fields are nearly all `None`; about 4.5 KiB for a MyApp's Deployment and Service together.
 //! Here a child is one exact-size allocation (the JSON its cached type's `Serialize` writes,
