@@ -12,10 +12,7 @@ use std::{
 
 use futures::{Future, StreamExt, TryStreamExt, channel::mpsc::UnboundedSender, future};
 use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{ObjectReference, Service},
-    },
+    api::{apps::v1::Deployment, core::v1::ObjectReference},
     jiff::Timestamp,
 };
 use kube::{
@@ -613,18 +610,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
                 .map_err(Error::HandOffReplicas)?;
                 ctx.metrics.wrote("replicas_handoff");
             }
-            let written = api
-                .patch(&name, &apply, &Patch::Apply(desired))
-                .await
-                .map_err(Error::ApplyDeployment)?;
-            ctx.metrics.wrote("deployment");
-            info!(%name, %namespace, "Applied Deployment");
-            ctx.applied.record(
-                (key.clone(), Child::Deployment),
-                version(deployment).map(str::to_owned),
-                written.resource_version().as_deref(),
-                plan::digest(desired),
-            );
+            apply_child(ctx, &key, Child::Deployment, desired, version(deployment)).await?;
             ctx.awaiting_rollout.start(key.clone());
             if let Some(changed) = changed
                 && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
@@ -646,21 +632,12 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         Ok::<(), Error>(())
     };
     let service_applied = async {
-        if let Some(desired) = &plan.service {
-            let written = Api::<Service>::namespaced(ctx.client.clone(), &namespace)
-                .patch(&name, &apply, &Patch::Apply(desired))
-                .await
-                .map_err(Error::ApplyService)?;
-            ctx.metrics.wrote("service");
-            info!(%name, %namespace, "Applied Service");
-            ctx.applied.record(
-                (key.clone(), Child::Service),
-                version(service).map(str::to_owned),
-                written.resource_version().as_deref(),
-                plan::digest(desired),
-            );
+        match &plan.service {
+            Some(desired) => {
+                apply_child(ctx, &key, Child::Service, desired, version(service)).await
+            }
+            None => Ok(()),
         }
-        Ok::<(), Error>(())
     };
     let (deployment_applied, service_applied) =
         future::join(deployment_applied, service_applied).await;
@@ -703,6 +680,46 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             (a, b) => a.or(b),
         },
     })
+}
+
+/// Applies one child under our field manager (forced: the spec wins) and remembers the write
+/// until the child's cache has seen it (read-your-writes).
+async fn apply_child<K>(
+    ctx: &Context,
+    app: &ObjectRef<MyApp>,
+    child: Child,
+    desired: &K,
+    cached_version: Option<&str>,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let (name, namespace) = (&app.name, app.namespace.as_deref().unwrap_or_default());
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let written = Api::<K>::namespaced(ctx.client.clone(), namespace)
+        .patch(name, &apply, &Patch::Apply(desired))
+        .await
+        .map_err(|error| match child {
+            Child::Deployment => Error::ApplyDeployment(error),
+            Child::Service => Error::ApplyService(error),
+        })?;
+    let (kind, target) = match child {
+        Child::Deployment => ("Deployment", "deployment"),
+        Child::Service => ("Service", "service"),
+    };
+    ctx.metrics.wrote(target);
+    info!(%name, %namespace, "Applied {kind}");
+    ctx.applied.record(
+        (app.clone(), child),
+        cached_version.map(str::to_owned),
+        written.resource_version().as_deref(),
+        plan::digest(desired),
+    );
+    Ok(())
 }
 
 fn version<K: Resource>(cached: Option<&K>) -> Option<&str> {
