@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+
+use super::object::Object;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -33,9 +34,9 @@ pub(super) struct RequestIn<'a> {
     #[serde(borrow, default)]
     pub(super) sub_resource: Cow<'a, str>,
     #[serde(borrow)]
-    pub(super) object: Option<&'a RawValue>,
+    pub(super) object: Option<Object<'a>>,
     #[serde(borrow)]
-    pub(super) old_object: Option<&'a RawValue>,
+    pub(super) old_object: Option<Object<'a>>,
     #[serde(default)]
     pub(super) dry_run: Option<bool>,
 }
