@@ -11,10 +11,7 @@ use std::{
 };
 
 use futures::{Future, StreamExt, TryStreamExt, channel::mpsc::UnboundedSender, future};
-use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::ObjectReference},
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -585,13 +582,14 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
                     &serde_json::to_value(observed).unwrap_or_default(),
                 )
             });
-            let api = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
+            // Answers are read as the cache reads a Deployment (see `apply_child`).
+            let api = Api::<CachedDeployment>::namespaced(ctx.client.clone(), &namespace);
             // Before the forced apply takes the fields back: who owns them now.
             let rivals = match &changed {
                 Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
                     let desired = serde_json::to_value(desired).unwrap_or_default();
                     let ours = [FIELD_MANAGER, REPLICAS_HANDOFF_MANAGER];
-                    fight::rivals(&api, &name, &desired, &ours).await
+                    fight::rivals(&ctx.client, &namespace, &name, &desired, &ours).await
                 }
                 _ => Vec::new(),
             };
@@ -610,7 +608,14 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
                 .map_err(Error::HandOffReplicas)?;
                 ctx.metrics.wrote("replicas_handoff");
             }
-            apply_child(ctx, &key, Child::Deployment, desired, version(deployment)).await?;
+            apply_child::<CachedDeployment, _>(
+                ctx,
+                &key,
+                Child::Deployment,
+                desired,
+                version(deployment),
+            )
+            .await?;
             ctx.awaiting_rollout.start(key.clone());
             if let Some(changed) = changed
                 && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
@@ -634,7 +639,14 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let service_applied = async {
         match &plan.service {
             Some(desired) => {
-                apply_child(ctx, &key, Child::Service, desired, version(service)).await
+                apply_child::<CachedService, _>(
+                    ctx,
+                    &key,
+                    Child::Service,
+                    desired,
+                    version(service),
+                )
+                .await
             }
             None => Ok(()),
         }
@@ -645,10 +657,22 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     service_applied?;
     if let Some(status) = &plan.status {
         let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
-        let written = Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
+        let written = match Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
             .patch_status(&name, &apply, &Patch::Apply(&patch))
             .await
-            .map_err(Error::PatchStatus)?;
+        {
+            Ok(written) => written,
+            // Deleted while this reconcile ran (its children go with it, by their owner
+            // references): nothing is left to report on, and nothing to retry.
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                debug!(%name, %namespace, "MyApp deleted while reconciling, status not written");
+                return Ok(Outcome {
+                    writes: plan.writes() - 1 - u32::from(held.is_some()),
+                    recheck: None,
+                });
+            }
+            Err(error) => return Err(Error::PatchStatus(error)),
+        };
         ctx.metrics.wrote("status");
         ctx.reported.record(
             key,
@@ -684,7 +708,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
 
 /// Applies one child under our field manager (forced: the spec wins) and remembers the write
 /// until the child's cache has seen it (read-your-writes).
-async fn apply_child<K>(
+async fn apply_child<C, K>(
     ctx: &Context,
     app: &ObjectRef<MyApp>,
     child: Child,
@@ -692,15 +716,18 @@ async fn apply_child<K>(
     cached_version: Option<&str>,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
         + std::fmt::Debug
-        + serde::Serialize
         + serde::de::DeserializeOwned,
+    K: Resource + std::fmt::Debug + serde::Serialize,
 {
     let (name, namespace) = (&app.name, app.namespace.as_deref().unwrap_or_default());
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let written = Api::<K>::namespaced(ctx.client.clone(), namespace)
+    // The answer is read as the cache reads the child (its resourceVersion is all that is used
+    // of it): not as the whole Deployment, with its pod template and managedFields, on every
+    // apply, nor with a reader for every field of a pod spec in the binary.
+    let written = Api::<C>::namespaced(ctx.client.clone(), namespace)
         .patch(name, &apply, &Patch::Apply(desired))
         .await
         .map_err(|error| match child {

@@ -4,7 +4,11 @@ use k8s_openapi::{
     api::{coordination::v1::Lease, core::v1::Pod},
     jiff::Timestamp,
 };
-use kube::{Api, Client};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject},
+};
+use serde_json::Value;
 
 use super::{
     report::{Check, Group},
@@ -77,14 +81,19 @@ pub async fn checks(client: &Client, target: &Target) -> Group {
         )),
     }
     // The identity is the pod name (deploy/deployment.yaml sets MYAPP_IDENTITY from it).
-    match Api::<Pod>::namespaced(client.clone(), ns).get_opt(&holder).await {
+    // As JSON: its Ready condition is all that is read, and a typed Pod would bring a reader
+    // for every field of a pod spec into the binary.
+    let pods =
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ApiResource::erase::<Pod>(&()));
+    match pods.get_opt(&holder).await {
         Ok(Some(pod)) => {
             let ready = pod
-                .status
-                .and_then(|s| s.conditions)
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
             checks.push(if ready {
                 Check::ok("controller.pod", format!("the leader's pod {ns}/{holder} is Ready"))
             } else {

@@ -15,7 +15,11 @@ use std::{
 };
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::{Api, api::ListParams, runtime::reflector::ObjectRef};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, ListParams},
+    runtime::reflector::ObjectRef,
+};
 use serde_json::Value;
 
 use crate::crd::MyApp;
@@ -187,11 +191,19 @@ pub fn note(fight: &Fight, generation: Option<i64>, fields: &str, rivals: &[Riva
 /// the field managers, other than `ours`, that own fields of `desired` it holds differently.
 /// Empty when the read fails: the fight is still told, without names.
 pub async fn rivals(
-    api: &Api<Deployment>,
+    client: &Client,
+    namespace: &str,
     name: &str,
     desired: &Value,
     ours: &[&str],
 ) -> Vec<Rival> {
+    // As JSON, which is all the walk below reads: no reader for a whole Deployment's pod
+    // template in the binary for this one rare read.
+    let api = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<Deployment>(&()),
+    );
     let params = ListParams::default().fields(&format!("metadata.name={name}"));
     let listed = match api.list(&params).await {
         Ok(list) => list,

@@ -3,7 +3,11 @@
 //! defaults. Nothing is stored.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::{Api, Client, api::PostParams};
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, PostParams},
+};
+use serde_json::Value;
 
 use crate::check::report::Check;
 use crate::check::target::{Target, api_message, names};
@@ -129,20 +133,33 @@ pub async fn checks(client: &Client, target: &Target) -> Vec<Check> {
 /// The `--default-env` entries of the operator's Deployment (`deploy/deployment.yaml`), from
 /// its container args and `MYAPP_DEFAULT_ENV`. None when there is no such Deployment.
 async fn configured_defaults(client: &Client, namespace: &str) -> Vec<EnvVar> {
-    let Ok(Some(deployment)) = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .get_opt(names::DEPLOYMENT)
-        .await
-    else {
+    // As JSON: a few strings of its containers are all that is read, and a typed Deployment
+    // would bring a reader for every field of a pod spec into the binary.
+    let deployments = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<Deployment>(&()),
+    );
+    let Ok(Some(deployment)) = deployments.get_opt(names::DEPLOYMENT).await else {
         return Vec::new();
     };
+    let strings = |value: &Value| -> Vec<String> {
+        value
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    };
     let containers = deployment
-        .spec
-        .and_then(|s| s.template.spec)
-        .map(|s| s.containers)
+        .data
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
         .unwrap_or_default();
     let mut entries = Vec::new();
     for container in containers {
-        let args = container.args.unwrap_or_default();
+        let args = strings(&container["args"]);
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             if let Some(value) = arg.strip_prefix("--default-env=") {
@@ -151,9 +168,10 @@ async fn configured_defaults(client: &Client, namespace: &str) -> Vec<EnvVar> {
                 entries.extend(args.next().cloned());
             }
         }
-        for env in container.env.unwrap_or_default() {
-            if env.name == "MYAPP_DEFAULT_ENV" {
-                entries.extend(env.value.unwrap_or_default().lines().map(str::to_owned));
+        for env in container["env"].as_array().into_iter().flatten() {
+            if env["name"] == "MYAPP_DEFAULT_ENV" {
+                let value = env["value"].as_str().unwrap_or_default();
+                entries.extend(value.lines().map(str::to_owned));
             }
         }
     }

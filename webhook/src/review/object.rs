@@ -160,9 +160,7 @@ impl<'de> Deserializer<'de> for ObjectDeserializer<'_, 'de> {
             Object::TooMany(count) => Err(de::Error::custom(format_args!(
                 "an object with {count} top-level fields; at most {MAX_MEMBERS} are read"
             ))),
-            Object::Other(what) => {
-                Err(de::Error::invalid_type(Unexpected::Other(what), &visitor))
-            }
+            Object::Other(what) => Err(de::Error::invalid_type(Unexpected::Other(what), &visitor)),
         }
     }
 
@@ -231,10 +229,7 @@ macro_rules! to_raw_value {
 impl<'de> Deserializer<'de> for MemberValue<'de> {
     type Error = serde_json::Error;
 
-    fn deserialize_ignored_any<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> Result<V::Value, Self::Error> {
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
         visitor.visit_unit()
     }
 
@@ -317,7 +312,9 @@ mod tests {
 
     #[test]
     fn members_past_the_limit_are_counted_not_kept() {
-        let members: Vec<String> = (0..=MAX_MEMBERS).map(|i| format!("\"m{i}\": {i}")).collect();
+        let members: Vec<String> = (0..=MAX_MEMBERS)
+            .map(|i| format!("\"m{i}\": {i}"))
+            .collect();
         let json = format!("{{{}}}", members.join(", "));
         let object: Object<'_> = serde_json::from_str(&json).unwrap();
         assert!(matches!(object, Object::TooMany(n) if n == MAX_MEMBERS + 1));
