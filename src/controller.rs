@@ -472,6 +472,14 @@ pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action
     Action::requeue(delay)
 }
 
+/// Whether a status write failed because the MyApp `name` was deleted while its reconcile ran:
+/// a 404 about that object. Not any 404: a CRD installed without the status subresource answers
+/// 404 too, without naming the object, and that must be reported, not taken for a delete.
+fn deleted_meanwhile(error: &kube::Error, name: &str) -> bool {
+    matches!(error, kube::Error::Api(status)
+        if status.is_not_found() && status.details.as_ref().is_some_and(|d| d.name == name))
+}
+
 /// Why the API server refused a status write, when it was for permission or a conflict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatusRefusal {
@@ -662,9 +670,9 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
             .await
         {
             Ok(written) => written,
-            // Deleted while this reconcile ran (its children go with it, by their owner
-            // references): nothing is left to report on, and nothing to retry.
-            Err(kube::Error::Api(status)) if status.code == 404 => {
+            // Its children go with it, by their owner references: nothing is left to report
+            // on, and nothing to retry.
+            Err(error) if deleted_meanwhile(&error, &name) => {
                 debug!(%name, %namespace, "MyApp deleted while reconciling, status not written");
                 return Ok(Outcome {
                     writes: plan.writes() - 1 - u32::from(held.is_some()),
@@ -803,6 +811,32 @@ mod tests {
                 "attempt {attempt}: {d} ms, nominal {nominal}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_404_naming_the_myapp_means_it_was_deleted_meanwhile() {
+        let not_found = |details: serde_json::Value| {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            kube::Error::Api(Box::new(
+                status.with_details(serde_json::from_value(details).unwrap()),
+            ))
+        };
+        let gone = not_found(json!({"name": "web", "group": "example.com", "kind": "myapps"}));
+        assert!(deleted_meanwhile(&gone, "web"));
+        assert!(!deleted_meanwhile(&gone, "api"), "another object's 404");
+        // What an API server answers for a path it does not serve (no status subresource).
+        let no_route = kube::Error::Api(Box::new(
+            kube::core::Status::failure(
+                "the server could not find the requested resource",
+                "NotFound",
+            )
+            .with_code(404),
+        ));
+        assert!(!deleted_meanwhile(&no_route, "web"));
+        let forbidden = kube::Error::Api(Box::new(
+            kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+        ));
+        assert!(!deleted_meanwhile(&forbidden, "web"));
     }
 
     #[test]

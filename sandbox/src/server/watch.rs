@@ -26,6 +26,20 @@ fn line(value: &Value) -> Bytes {
     Bytes::from(text)
 }
 
+/// The event line for `obj` written as stored, when it is stored as `api_version` and `kind`:
+/// then it is what `present` would serve. The same JSON as `line` of `{"type", "object"}`.
+fn stored_line(kind: &str, obj: &Value, api_version: &str, resource_kind: &str) -> Option<Bytes> {
+    let as_stored = obj.get("apiVersion").and_then(Value::as_str) == Some(api_version)
+        && obj.get("kind").and_then(Value::as_str) == Some(resource_kind);
+    // `Value`'s Display writes compact JSON, and cannot fail.
+    as_stored.then(|| {
+        Bytes::from(format!(
+            "{{\"type\":{},\"object\":{obj}}}\n",
+            Value::from(kind)
+        ))
+    })
+}
+
 fn expired_event(requested: u64, oldest: u64) -> Value {
     json!({
         "type": "ERROR",
@@ -113,33 +127,17 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
             json!({"type": kind, "object": present(&rt, obj, meta_only)})
         }
     };
-    // One line per event: an object stored as the version this watch serves (nearly every
-    // event: one version per resource, Events aside) is written as stored, without the deep
-    // copy `present` makes. Every watcher renders every event it gets, so the copies were most
-    // of the sandbox's work for a watch (the operator bench watches with six).
+    // An object stored as the version this watch serves (nearly every event: one version per
+    // resource, Events aside) is written as stored; `present` would deep-copy it per watcher
+    // only to set `apiVersion` and `kind` to what they already are. Tables and metadata-only
+    // watches, and objects stored as another version, are presented.
+    let plain = !as_table && !meta_only;
     let render_line = move |kind: &str, obj: &Value| -> Bytes {
         let (api_version, resource_kind) = &served_as;
-        let as_stored = !as_table
-            && !meta_only
-            && obj.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
-            && obj.get("kind").and_then(Value::as_str) == Some(resource_kind.as_str());
-        if !as_stored {
-            return line(&render(kind, obj));
+        if plain && let Some(line) = stored_line(kind, obj, api_version, resource_kind) {
+            return line;
         }
-        #[derive(serde::Serialize)]
-        struct Line<'a> {
-            #[serde(rename = "type")]
-            kind: &'a str,
-            object: &'a Value,
-        }
-        match serde_json::to_vec(&Line { kind, object: obj }) {
-            Ok(mut text) => {
-                text.push(b'\n');
-                Bytes::from(text)
-            }
-            // A `Value` always serialises; the copying path says why if it ever does not.
-            Err(_) => line(&render(kind, obj)),
-        }
+        line(&render(kind, obj))
     };
     let bookmark = {
         let rt = rt.clone();
@@ -284,4 +282,36 @@ fn stream_response(lines: Vec<Bytes>, rx: Option<mpsc::Receiver<Bytes>>) -> Resp
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_stored_as_served_is_written_as_the_presented_line_would_be() {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                         "metadata": {"name": "web", "labels": {"a\"b": "c"}}, "spec": {"replicas": 2}});
+        let stored = stored_line("MODIFIED", &obj, "apps/v1", "Deployment").unwrap();
+        assert!(stored.ends_with(b"\n"));
+        let parsed: Value = serde_json::from_slice(&stored).unwrap();
+        assert_eq!(parsed, json!({"type": "MODIFIED", "object": obj}));
+        assert_eq!(
+            parsed,
+            serde_json::from_slice::<Value>(&line(&json!({"type": "MODIFIED", "object": obj})))
+                .unwrap()
+        );
+        // Another version or kind is left to `present`.
+        assert!(stored_line("ADDED", &obj, "apps/v1beta1", "Deployment").is_none());
+        assert!(stored_line("ADDED", &obj, "apps/v1", "ReplicaSet").is_none());
+        assert!(
+            stored_line(
+                "ADDED",
+                &json!({"kind": "Deployment"}),
+                "apps/v1",
+                "Deployment"
+            )
+            .is_none()
+        );
+    }
 }

@@ -143,29 +143,24 @@ async fn configured_defaults(client: &Client, namespace: &str) -> Vec<EnvVar> {
     let Ok(Some(deployment)) = deployments.get_opt(names::DEPLOYMENT).await else {
         return Vec::new();
     };
-    let strings = |value: &Value| -> Vec<String> {
-        value
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str().map(str::to_owned))
-            .collect()
-    };
     let containers = deployment
         .data
         .pointer("/spec/template/spec/containers")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+        .into_iter()
+        .flatten();
     let mut entries = Vec::new();
     for container in containers {
-        let args = strings(&container["args"]);
-        let mut args = args.iter();
+        let mut args = container["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str);
         while let Some(arg) = args.next() {
             if let Some(value) = arg.strip_prefix("--default-env=") {
                 entries.push(value.to_owned());
             } else if arg == "--default-env" {
-                entries.extend(args.next().cloned());
+                entries.extend(args.next().map(str::to_owned));
             }
         }
         for env in container["env"].as_array().into_iter().flatten() {
