@@ -8,11 +8,23 @@
 //! `x-kubernetes-validations` (evaluated by `kube-cel`, the kube-rs project's CEL engine).
 //! Messages follow the API server's field-error wording so tests can compare them.
 //!
+//! CEL rules ratchet as the API server's do (`CRDValidationRatcheting`, on by default since
+//! 1.30), at the granularity of the object's top-level fields: on an update, a rule that does
+//! not use `oldSelf` is not evaluated inside a top-level field (`spec`, `status`) whose value is
+//! unchanged, since the API server would drop its failure. So a status write does not evaluate
+//! the spec's rules: without that, every status write compiled the spec's `matches()` patterns
+//! again (the `cel` crate compiles a pattern per call, where the API server compiles a constant
+//! pattern once), which was most of the sandbox's CPU under load.
+//!
 //! Not modelled: `format` validation, `allOf`/`anyOf`/`oneOf`/`not`, runtime CEL cost budgets
 //! (the static estimate is checked when the CRD is written, `crate::crd`), and
-//! `metadata` validation beyond what CEL rules on the root ask of it.
+//! `metadata` validation beyond what CEL rules on the root ask of it. Ratcheting stops at the
+//! top-level fields (the API server also ratchets unchanged nodes inside a changed field, and
+//! the OpenAPI checks), and a ratcheted rule is not evaluated at all: the API server evaluates
+//! it and sends its failure as a warning, which the sandbox does not.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::cel::{CompiledSchema, ErrorKind, Validator, compile_schema};
@@ -85,6 +97,9 @@ pub struct CrdSchema {
     schema: Value,
     patterns: Vec<(String, Regex)>,
     cel: CompiledSchema,
+    /// `cel` without the rules that ratchet, keyed by the unchanged top-level fields (sorted);
+    /// compiled the first time an update leaves those fields unchanged.
+    ratcheted: Mutex<HashMap<Vec<String>, Arc<CompiledSchema>>>,
     validator: Validator,
 }
 
@@ -126,6 +141,7 @@ impl CrdSchema {
             schema,
             patterns,
             cel,
+            ratcheted: Mutex::default(),
             validator: Validator::new(),
         })
     }
@@ -144,8 +160,10 @@ impl CrdSchema {
         self.check(&self.schema, object, "", &mut errors);
         // CEL rules only run on objects that pass the structural checks (the API server skips
         // them too, since a rule over a wrongly-typed value cannot be evaluated meaningfully).
+        let ratcheted = self.ratcheted_rules(object, old);
+        let cel = ratcheted.as_deref().unwrap_or(&self.cel);
         if errors.is_empty()
-            && let Err(cel_errors) = self.validator.validate_compiled(&self.cel, object, old)
+            && let Err(cel_errors) = self.validator.validate_compiled(cel, object, old)
         {
             for e in cel_errors.into_vec() {
                 let field = e.field_path.trim_start_matches('.').to_owned();
@@ -165,6 +183,40 @@ impl CrdSchema {
             }
         }
         errors
+    }
+
+    /// The rules to evaluate on an update that leaves some top-level fields of the object as
+    /// they were: all but those inside the unchanged fields that do not use `oldSelf` (the API
+    /// server evaluates those too but drops their failures). None when every rule applies.
+    fn ratcheted_rules(&self, object: &Value, old: Option<&Value>) -> Option<Arc<CompiledSchema>> {
+        let old = old?;
+        let mut unchanged: Vec<&String> = self
+            .cel
+            .properties
+            .keys()
+            .filter(|key| {
+                object
+                    .get(key.as_str())
+                    .is_some_and(|v| old.get(key.as_str()) == Some(v))
+            })
+            .collect();
+        if unchanged.is_empty() {
+            return None;
+        }
+        unchanged.sort();
+        let key: Vec<String> = unchanged.into_iter().cloned().collect();
+        let mut cache = self.ratcheted.lock().unwrap_or_else(|p| p.into_inner());
+        let compiled = cache.entry(key).or_insert_with_key(|unchanged| {
+            // The schema compiled without errors in `from_value`, so it does again.
+            let mut compiled = compile_schema(&self.schema);
+            for field in unchanged {
+                if let Some(node) = compiled.properties.get_mut(field) {
+                    drop_ratcheting_rules(node);
+                }
+            }
+            Arc::new(compiled)
+        });
+        Some(compiled.clone())
     }
 
     /// Drops fields the schema does not declare (keeping `apiVersion`, `kind` and `metadata` at
@@ -418,6 +470,24 @@ impl CrdSchema {
 }
 
 // === schema walking helpers ===
+
+/// Removes from `node` and everything below it the rules whose failure ratcheting drops: those
+/// that do not use `oldSelf` (transition rules are never ratcheted).
+fn drop_ratcheting_rules(node: &mut CompiledSchema) {
+    node.validations
+        .retain(|rule| !matches!(rule, Ok(rule) if !rule.is_transition_rule));
+    let children = node
+        .properties
+        .values_mut()
+        .chain(node.items.as_deref_mut())
+        .chain(node.additional_properties.as_deref_mut())
+        .chain(&mut node.all_of)
+        .chain(&mut node.one_of)
+        .chain(&mut node.any_of);
+    for child in children {
+        drop_ratcheting_rules(child);
+    }
+}
 
 /// Patterns are compiled once, keyed by the schema path with list indices removed.
 fn collect_patterns(
@@ -861,5 +931,66 @@ mod tests {
         )
         .expect_err("a broken rule is refused");
         assert!(matches!(err, SchemaError::CompileRule { .. }), "{err}");
+    }
+
+    /// Rules on `spec.name` and the root, a transition rule on `spec.size`, and a status.
+    fn ratcheting_schema() -> CrdSchema {
+        CrdSchema::from_value(json!({
+            "type": "object",
+            "x-kubernetes-validations": [{"rule": "!has(self.spec.name) || self.spec.name != 'worse'", "message": "root rule"}],
+            "properties": {
+                "spec": {"type": "object", "properties": {
+                    "name": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'bad'", "message": "name must not be bad"}]},
+                    "note": {"type": "string"},
+                    "size": {"type": "integer", "x-kubernetes-validations": [{"rule": "self != oldSelf", "message": "size must change"}]}
+                }},
+                "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
+            }
+        }))
+        .expect("test schema compiles")
+    }
+
+    #[test]
+    fn rules_in_an_unchanged_top_level_field_ratchet_unless_they_use_old_self() {
+        let schema = ratcheting_schema();
+        let bad = json!({"spec": {"name": "bad"}, "status": {"ready": false}});
+        let name_error = "spec.name: Invalid value: \"string\": name must not be bad";
+        // A create evaluates every rule.
+        assert_eq!(fields(&schema.validate(&bad, None)), [name_error]);
+        // A status write leaves the spec as it was: its rule's failure is dropped.
+        let status_write = json!({"spec": {"name": "bad"}, "status": {"ready": true}});
+        assert_eq!(
+            fields(&schema.validate(&status_write, Some(&bad))),
+            Vec::<String>::new()
+        );
+        // A spec write evaluates the spec's rules, even where the failing field kept its value.
+        let spec_write = json!({"spec": {"name": "bad", "note": "n"}, "status": {"ready": false}});
+        assert_eq!(
+            fields(&schema.validate(&spec_write, Some(&bad))),
+            [name_error]
+        );
+        // A transition rule in an unchanged field is evaluated.
+        let sized = json!({"spec": {"size": 1}, "status": {"ready": false}});
+        let resized = json!({"spec": {"size": 1}, "status": {"ready": true}});
+        assert_eq!(
+            fields(&schema.validate(&resized, Some(&sized))),
+            ["spec.size: Invalid value: \"integer\": size must change"]
+        );
+        // So is a rule on the root, which changed.
+        let worse = json!({"spec": {"name": "worse"}, "status": {"ready": false}});
+        let worse_status = json!({"spec": {"name": "worse"}, "status": {"ready": true}});
+        assert_eq!(
+            fields(&schema.validate(&worse_status, Some(&worse))),
+            ["<nil>: Invalid value: \"object\": root rule"]
+        );
+        // One variant per set of unchanged fields, compiled once: the spec's (three status
+        // writes) and the status's (the spec write).
+        let variants = schema.ratcheted.lock().unwrap();
+        let mut unchanged: Vec<&Vec<String>> = variants.keys().collect();
+        unchanged.sort();
+        assert_eq!(
+            unchanged,
+            [&vec!["spec".to_owned()], &vec!["status".to_owned()]]
+        );
     }
 }
