@@ -312,7 +312,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     wait_until("convergence of every MyApp", deadline(apps), poll, || {
         std::future::ready(observed.unconverged(apps))
     })
-    .await?;
+    .await
+    .map_err(|e| format!("{e} ({} of {apps} not converged)", observed.waiting()))?;
     let converged_after = create_start.elapsed();
     // Its watches stop here: the relist below expires the next watches to resume, which must
     // be the operator's.

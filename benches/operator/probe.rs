@@ -95,23 +95,40 @@ impl Observed {
     /// the current generation, phase `Running` and every replica available; the Deployment runs
     /// the spec's image, replicas, env and port with every replica available; the Service
     /// exposes the spec's port.
+    ///
+    /// It stops at the first MyApp not converged: the bench calls it every `apps / 100` ms
+    /// while the operator converges, and a full pass that described every MyApp still
+    /// waiting took 14% of the bench process's CPU at 10,000 MyApps, from the sandbox the
+    /// operator was being timed against. [`Observed::waiting`] counts them, for a failure.
     pub fn unconverged(&self, apps: usize) -> Option<String> {
         let myapps = self.apps.state();
         if myapps.len() != apps {
             return Some(format!("{} of {apps} MyApps exist", myapps.len()));
         }
-        let namespace = &self.namespace;
-        let mut waiting = myapps.iter().filter_map(|app| {
+        myapps.iter().find_map(|app| {
+            let why = self.why_unconverged(app)?;
             let name = app.metadata.name.as_deref().unwrap_or_default();
-            let deployment = self
-                .deployments
-                .get(&ObjectRef::new(name).within(namespace));
-            let service = self.services.get(&ObjectRef::new(name).within(namespace));
-            let why = app_unconverged(app, deployment.as_deref(), service.as_deref())?;
-            Some(format!("{namespace}/{name}: {why}"))
-        });
-        let first = waiting.next()?;
-        Some(format!("{first} (and {} more)", waiting.count()))
+            Some(format!("{}/{name}: {why}", self.namespace))
+        })
+    }
+
+    /// How many MyApps are not converged.
+    pub fn waiting(&self) -> usize {
+        let myapps = self.apps.state();
+        myapps
+            .iter()
+            .filter(|app| self.why_unconverged(app).is_some())
+            .count()
+    }
+
+    fn why_unconverged(&self, app: &MyApp) -> Option<&'static str> {
+        let name = app.metadata.name.as_deref().unwrap_or_default();
+        let namespace = &self.namespace;
+        let deployment = self
+            .deployments
+            .get(&ObjectRef::new(name).within(namespace));
+        let service = self.services.get(&ObjectRef::new(name).within(namespace));
+        app_unconverged(app, deployment.as_deref(), service.as_deref())
     }
 }
 
@@ -156,18 +173,16 @@ fn app_unconverged(
     if container.image.as_deref() != Some(spec.image.as_str()) {
         return Some("Deployment image differs from the spec");
     }
-    let env: Vec<(&str, Option<&str>)> = container
+    let env = container
         .env
         .iter()
         .flatten()
-        .map(|e| (e.name.as_str(), e.value.as_deref()))
-        .collect();
-    let want: Vec<(&str, Option<&str>)> = spec
+        .map(|e| (e.name.as_str(), e.value.as_deref()));
+    let want = spec
         .env
         .iter()
-        .map(|e| (e.name.as_str(), Some(e.value.as_str())))
-        .collect();
-    if env != want {
+        .map(|e| (e.name.as_str(), Some(e.value.as_str())));
+    if !env.eq(want) {
         return Some("Deployment env differs from the spec");
     }
     let ports = container.ports.iter().flatten();
