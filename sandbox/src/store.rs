@@ -2,7 +2,7 @@
 //! replay from.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -56,6 +56,12 @@ pub struct Event {
     /// For MODIFIED: the labels before the change (so label-selector watches see an object
     /// entering or leaving the selection as ADDED or DELETED).
     pub previous_labels: Option<Value>,
+    /// The event's watch line as stored (`{"type", "object"}`, the object unchanged),
+    /// rendered by the first watch that sends it so and shared with every other: the API
+    /// server's watch cache also serializes an event once per encoding. Its JSON is smaller
+    /// than the object's [`heap_bytes`] estimate, so the log holds at most about twice its
+    /// byte bound.
+    pub line: OnceLock<bytes::Bytes>,
 }
 
 /// An object: (resource, namespace, name).
@@ -449,6 +455,7 @@ impl State {
                 namespace,
                 object,
                 previous_labels,
+                line: OnceLock::new(),
             }),
             bytes,
         ));

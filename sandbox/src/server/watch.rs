@@ -2,6 +2,7 @@
 //! one JSON object per line.
 
 use std::convert::Infallible;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -26,18 +27,26 @@ fn line(value: &Value) -> Bytes {
     Bytes::from(text)
 }
 
-/// The event line for `obj` written as stored, when it is stored as `api_version` and `kind`:
-/// then it is what `present` would serve. The same JSON as `line` of `{"type", "object"}`.
-fn stored_line(kind: &str, obj: &Value, api_version: &str, resource_kind: &str) -> Option<Bytes> {
-    let as_stored = obj.get("apiVersion").and_then(Value::as_str) == Some(api_version)
-        && obj.get("kind").and_then(Value::as_str) == Some(resource_kind);
+/// Whether `obj` is stored as `api_version` and `kind`: then [`stored_line`] is what
+/// `present` would serve.
+fn stored_as(obj: &Value, api_version: &str, kind: &str) -> bool {
+    obj.get("apiVersion").and_then(Value::as_str) == Some(api_version)
+        && obj.get("kind").and_then(Value::as_str) == Some(kind)
+}
+
+/// The event line for `obj` written as stored: the same JSON as `line` of `{"type", "object"}`.
+fn stored_line(kind: &str, obj: &Value) -> Bytes {
     // `Value`'s Display writes compact JSON, and cannot fail.
-    as_stored.then(|| {
-        Bytes::from(format!(
-            "{{\"type\":{},\"object\":{obj}}}\n",
-            Value::from(kind)
-        ))
-    })
+    Bytes::from(format!(
+        "{{\"type\":{},\"object\":{obj}}}\n",
+        Value::from(kind)
+    ))
+}
+
+/// Where `e` keeps its line when a watch sends it as the event it was (a label-selector watch
+/// may send a MODIFIED as ADDED or DELETED: that line is its own).
+fn line_cache<'a>(kind: &str, e: &'a Event) -> Option<&'a OnceLock<Bytes>> {
+    (kind == e.kind.as_str()).then_some(&e.line)
 }
 
 fn expired_event(requested: u64, oldest: u64) -> Value {
@@ -132,10 +141,15 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     // only to set `apiVersion` and `kind` to what they already are. Tables and metadata-only
     // watches, and objects stored as another version, are presented.
     let plain = !as_table && !meta_only;
-    let render_line = move |kind: &str, obj: &Value| -> Bytes {
+    // `cache` is where a logged event keeps its line: an event sent as it happened and as
+    // stored is rendered once, for every watch.
+    let render_line = move |kind: &str, obj: &Value, cache: Option<&OnceLock<Bytes>>| -> Bytes {
         let (api_version, resource_kind) = &served_as;
-        if plain && let Some(line) = stored_line(kind, obj, api_version, resource_kind) {
-            return line;
+        if plain && stored_as(obj, api_version, resource_kind) {
+            return match cache {
+                Some(cache) => cache.get_or_init(|| stored_line(kind, obj)).clone(),
+                None => stored_line(kind, obj),
+            };
         }
         line(&render(kind, obj))
     };
@@ -181,7 +195,7 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                     Ok(events) => {
                         for e in events.iter() {
                             if let Some(kind) = event_type(e) {
-                                first.push(render_line(kind, &e.object));
+                                first.push(render_line(kind, &e.object, line_cache(kind, e)));
                             }
                         }
                     }
@@ -196,7 +210,7 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
             _ => {
                 for obj in state.list(&rt.storage(), ctx.path.namespace.as_deref()) {
                     if selectors.matches(obj) {
-                        first.push(render_line("ADDED", obj));
+                        first.push(render_line("ADDED", obj, None));
                     }
                 }
                 if send_initial {
@@ -228,31 +242,29 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                     if changed.is_err() {
                         break;
                     }
+                    // The events are shared (`Arc`): they are rendered after the lock is
+                    // released, so writers do not wait while every watcher serializes.
                     let batch = {
                         let state = inner.store.lock();
-                        match state.events_since(cursor) {
-                            Ok(events) => {
-                                let lines: Vec<Bytes> = events
-                                    .iter()
-                                    .filter_map(|e| Some(render_line(event_type(e)?, &e.object)))
-                                    .collect();
-                                cursor = state.rv;
-                                Ok(lines)
-                            }
-                            // This watcher fell behind the log: tell it to relist.
-                            Err(expired) => Err(line(&expired_event(cursor, expired.oldest))),
+                        let since = state.events_since(cursor);
+                        if since.is_ok() {
+                            cursor = state.rv;
                         }
+                        since
                     };
                     match batch {
-                        Ok(lines) => {
-                            for l in lines {
-                                if tx.send(l).await.is_err() {
+                        Ok(events) => {
+                            for e in &events {
+                                let Some(kind) = event_type(e) else { continue };
+                                let line = render_line(kind, &e.object, line_cache(kind, e));
+                                if tx.send(line).await.is_err() {
                                     return;
                                 }
                             }
                         }
-                        Err(error) => {
-                            let _ = tx.send(error).await;
+                        // This watcher fell behind the log: tell it to relist.
+                        Err(expired) => {
+                            let _ = tx.send(line(&expired_event(cursor, expired.oldest))).await;
                             return;
                         }
                     }
@@ -292,7 +304,8 @@ mod tests {
     fn an_object_stored_as_served_is_written_as_the_presented_line_would_be() {
         let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
                          "metadata": {"name": "web", "labels": {"a\"b": "c"}}, "spec": {"replicas": 2}});
-        let stored = stored_line("MODIFIED", &obj, "apps/v1", "Deployment").unwrap();
+        assert!(stored_as(&obj, "apps/v1", "Deployment"));
+        let stored = stored_line("MODIFIED", &obj);
         assert!(stored.ends_with(b"\n"));
         let parsed: Value = serde_json::from_slice(&stored).unwrap();
         assert_eq!(parsed, json!({"type": "MODIFIED", "object": obj}));
@@ -302,16 +315,47 @@ mod tests {
                 .unwrap()
         );
         // Another version or kind is left to `present`.
-        assert!(stored_line("ADDED", &obj, "apps/v1beta1", "Deployment").is_none());
-        assert!(stored_line("ADDED", &obj, "apps/v1", "ReplicaSet").is_none());
-        assert!(
-            stored_line(
-                "ADDED",
-                &json!({"kind": "Deployment"}),
-                "apps/v1",
-                "Deployment"
-            )
-            .is_none()
-        );
+        assert!(!stored_as(&obj, "apps/v1beta1", "Deployment"));
+        assert!(!stored_as(&obj, "apps/v1", "ReplicaSet"));
+        assert!(!stored_as(
+            &json!({"kind": "Deployment"}),
+            "apps/v1",
+            "Deployment"
+        ));
+    }
+
+    #[test]
+    fn a_line_is_smaller_than_the_heap_estimate_of_its_object() {
+        // The watch log bounds its objects' `heap_bytes`; each event also keeps its rendered
+        // line, which this keeps within the same bound again.
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "load", "uid": "0f9a7c1e-3d47-4a0b-9d8e-2b6f1c4e5a73",
+                         "resourceVersion": "123456", "generation": 1, "creationTimestamp": "2026-12-03T06:00:00Z",
+                         "labels": {"app.kubernetes.io/name": "web"},
+                         "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MyApp", "name": "web",
+                                              "uid": "5b1f3c2d-8e7a-4f60-a1b2-c3d4e5f60718", "controller": true,
+                                              "blockOwnerDeletion": true}],
+                         "managedFields": [{"manager": "myapp-operator", "operation": "Apply", "apiVersion": "apps/v1",
+                                            "time": "2026-12-03T06:00:00Z", "fieldsType": "FieldsV1",
+                                            "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {
+                                                "f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}}}]},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app.kubernetes.io/name": "web"}},
+                     "template": {"metadata": {"labels": {"app.kubernetes.io/name": "web"}},
+                                  "spec": {"containers": [{"name": "app", "image": "nginx:1.27", "ports": [{"containerPort": 8080}],
+                                                           "env": [{"name": "A", "value": "1"}]}]}}},
+            "status": {"replicas": 3, "availableReplicas": 3, "observedGeneration": 1}});
+        for obj in [
+            deployment,
+            json!({"a": [1, 2, 3], "b": ""}),
+            json!({"n": 12345678901234i64}),
+        ] {
+            let line = stored_line("MODIFIED", &obj);
+            assert!(
+                line.len() < crate::store::heap_bytes(&obj),
+                "{} bytes of JSON, heap estimate {}",
+                line.len(),
+                crate::store::heap_bytes(&obj)
+            );
+        }
     }
 }
