@@ -167,7 +167,11 @@ impl CrdSchema {
         }
         let ratcheted = self.ratcheted_rules(object, old);
         let cel = ratcheted.as_deref().unwrap_or(&self.cel);
-        if let Err(cel_errors) = self.validator.validate_compiled(cel, object, old) {
+        let (seen, old_seen) = (rule_view(object), old.map(rule_view));
+        if let Err(cel_errors) = self
+            .validator
+            .validate_compiled(cel, &seen, old_seen.as_ref())
+        {
             for e in cel_errors.into_vec() {
                 let field = e.field_path.trim_start_matches('.').to_owned();
                 let value = type_name(lookup(object, &field).unwrap_or(object));
@@ -476,6 +480,31 @@ impl CrdSchema {
 
 /// Removes from `node` and everything below it the rules whose failure ratcheting drops: those
 /// that do not use `oldSelf` (transition rules are never ratcheted).
+/// The object as CEL rules see it: at the root, `metadata` holds only `name` and
+/// `generateName`, the two fields the API server declares for rules there
+/// (`WithTypeAndObjectMeta` in k8s.io/apiextensions-apiserver). Besides matching what a rule
+/// may use, this keeps `managedFields` out of the conversion to CEL values that `kube-cel`
+/// makes at every schema node on every write.
+fn rule_view(object: &Value) -> Value {
+    let Some(fields) = object.as_object() else {
+        return object.clone();
+    };
+    let view = fields
+        .iter()
+        .map(|(key, value)| {
+            if key != "metadata" {
+                return (key.clone(), value.clone());
+            }
+            let visible = ["name", "generateName"]
+                .into_iter()
+                .filter_map(|field| Some((field.to_owned(), value.get(field)?.clone())))
+                .collect::<Map<_, _>>();
+            (key.clone(), Value::Object(visible))
+        })
+        .collect();
+    Value::Object(view)
+}
+
 fn drop_ratcheting_rules(node: &mut CompiledSchema) {
     node.validations
         .retain(|rule| !matches!(rule, Ok(rule) if !rule.is_transition_rule));
@@ -889,6 +918,34 @@ mod tests {
         assert_eq!(
             got,
             ["spec.name: Invalid value: \"string\": name must not be bad"]
+        );
+    }
+
+    #[test]
+    fn root_rules_see_only_the_name_and_generate_name_of_metadata() {
+        let schema = CrdSchema::from_value(json!({"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.metadata.name.startsWith('a')", "message": "name starts with a"},
+                {"rule": "has(self.metadata.generateName)", "message": "generateName is seen"},
+                {"rule": "!has(self.metadata.labels) && !has(self.metadata.managedFields)",
+                 "message": "other metadata is hidden"}],
+            "properties": {"spec": {"type": "object"}}}))
+        .unwrap();
+        let object = |name: &str| {
+            json!({"apiVersion": "x/v1", "kind": "X",
+                   "metadata": {"name": name, "generateName": "a-", "labels": {"x": "y"},
+                                "managedFields": [{"manager": "m"}]},
+                   "spec": {}})
+        };
+        assert!(schema.validate(&object("abc"), None).is_empty());
+        assert!(
+            schema
+                .validate(&object("abc"), Some(&object("abd")))
+                .is_empty()
+        );
+        assert_eq!(
+            fields(&schema.validate(&object("xyz"), None)),
+            ["<nil>: Invalid value: \"object\": name starts with a"]
         );
     }
 
