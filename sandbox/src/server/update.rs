@@ -73,16 +73,18 @@ pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, incoming: Value) -> Va
     new
 }
 
+/// Whether anything but `metadata` and `status` differs (what raises `generation`). Compared
+/// in place: copying both objects to strip those two copied their managedFields on every write.
 fn spec_changed(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("metadata");
-            m.remove("status");
-        }
-        v
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return old != new;
     };
-    strip(old) != strip(new)
+    let counted = |key: &&String| key.as_str() != "metadata" && key.as_str() != "status";
+    old.keys().filter(counted).count() != new.keys().filter(counted).count()
+        || old
+            .iter()
+            .filter(|(key, _)| counted(key))
+            .any(|(key, value)| new.get(key) != Some(value))
 }
 
 /// Outcome of trying to store an update.
@@ -203,4 +205,32 @@ pub(super) async fn update(
         }
     }
     Err(ApiError::conflict(&ctx.rt, ctx.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spec_changed;
+    use serde_json::json;
+
+    #[test]
+    fn only_fields_besides_metadata_and_status_change_the_spec() {
+        let old =
+            json!({"kind": "X", "metadata": {"name": "a"}, "spec": {"n": 1}, "status": {"s": 1}});
+        let same = json!({"kind": "X", "metadata": {"name": "a", "labels": {"l": "v"}},
+                          "spec": {"n": 1}, "status": {"s": 2}});
+        assert!(!spec_changed(&old, &same));
+        assert!(!spec_changed(&old, &json!({"kind": "X", "spec": {"n": 1}})));
+        assert!(spec_changed(
+            &old,
+            &json!({"kind": "X", "metadata": {"name": "a"}, "spec": {"n": 2}})
+        ));
+        assert!(spec_changed(
+            &old,
+            &json!({"kind": "X", "spec": {"n": 1}, "data": {}})
+        ));
+        assert!(spec_changed(
+            &old,
+            &json!({"metadata": {"name": "a"}, "spec": {"n": 1}})
+        ));
+    }
 }

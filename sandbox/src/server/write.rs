@@ -155,12 +155,14 @@ pub(super) async fn admit(
         _ => {}
     }
     let (mutating, validating) = webhook_configurations(ctx);
-    let mut attributes = admission_attributes(ctx, operation, Some(obj.clone()), old.cloned());
-    if !mutating.is_empty() {
+    // Built only for a webhook to call: they hold copies of the object and the old one.
+    let mut attributes = (!mutating.is_empty() || !validating.is_empty())
+        .then(|| admission_attributes(ctx, operation, Some(obj.clone()), old.cloned()));
+    if let Some(attributes) = attributes.as_ref().filter(|_| !mutating.is_empty()) {
         let mutated = ctx
             .inner
             .admission
-            .mutate(&mutating, &attributes)
+            .mutate(&mutating, attributes)
             .await
             .map_err(|r| rejected(ctx, r))?;
         ctx.warnings.extend(mutated.warnings);
@@ -177,7 +179,7 @@ pub(super) async fn admit(
         fill_system_fields(ctx, &mut obj);
     }
     validate_object(ctx, &mut obj, old).map_err(|e| e.with_earlier_warnings(&ctx.warnings))?;
-    if !validating.is_empty() {
+    if let Some(attributes) = attributes.as_mut().filter(|_| !validating.is_empty()) {
         // A generated name reaches the validating webhooks (`AdmissionToValidateObjectFunc`).
         if attributes.name.is_empty() {
             attributes.name = meta_str(&obj, "name").unwrap_or("").to_owned();
@@ -186,7 +188,7 @@ pub(super) async fn admit(
         let validated = ctx
             .inner
             .admission
-            .validate(&validating, &attributes)
+            .validate(&validating, attributes)
             .await
             .map_err(|r| rejected(ctx, r))?;
         ctx.warnings.extend(validated.warnings);
