@@ -91,6 +91,31 @@ fn app(i: usize) -> MyApp {
     MyApp::test(&format!("app-{i}"))
 }
 
+/// Creates `apps` MyApps in `namespace`, 32 at a time, and hands each to `created`.
+///
+/// Each create is a task of its own. The bench's client calls the sandbox in process, and a
+/// request is served by the task that awaits it: awaited in place, every create (and every
+/// loader write) ran on the bench's main thread, and the loader used one core of two while
+/// the operator's requests were served on every worker.
+async fn create_all<F>(client: &Client, namespace: &'static str, apps: usize, created: F)
+where
+    F: Fn(MyApp) + Clone + Send + 'static,
+{
+    let api = Api::<MyApp>::namespaced(client.clone(), namespace);
+    stream::iter(0..apps)
+        .for_each_concurrent(32, |i| {
+            let (api, created) = (api.clone(), created.clone());
+            let create = tokio::spawn(async move {
+                match api.create(&PostParams::default(), &app(i)).await {
+                    Ok(app) => created(app),
+                    Err(e) => panic!("creating MyApp {namespace}/app-{i}: {e}"),
+                }
+            });
+            async move { create.await.expect("a create task panicked") }
+        })
+        .await;
+}
+
 /// Waits until `done` says so, polling every `poll`, or fails after `deadline` with `what` and
 /// the last thing `done` said was missing.
 async fn wait_until<F, Fut>(
@@ -294,18 +319,9 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
 
     sandbox.faults().clear_requests();
     let cpu_idle = cpu_seconds(pid)?;
-    let load = Api::<MyApp>::namespaced(client.clone(), "load");
     let observed = probe::Observed::start(&client, "load").await;
     let create_start = Instant::now();
-    stream::iter(0..apps)
-        .for_each_concurrent(32, |i| {
-            let load = load.clone();
-            async move {
-                let created = load.create(&PostParams::default(), &app(i)).await;
-                created.unwrap_or_else(|e| panic!("creating MyApp load/app-{i}: {e}"));
-            }
-        })
-        .await;
+    create_all(&client, "load", apps, drop).await;
     let created = create_start.elapsed();
     // Each check reads the bench's watch caches: about 1 ms per 10,000 MyApps.
     let poll = Duration::from_millis((apps as u64 / 100).max(50));
@@ -396,31 +412,26 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     drop(child);
 
     // Baseline: a loader that makes the run's writes without deciding anything. Its MyApps are
-    // created as the run's were (32 at a time), and each, once created, gets from
+    // created as the run's were (`create_all`), and each, once created, gets from
     // `concurrency` workers what a created MyApp gets from the operator: the two child applies,
-    // a status write and an Event; not the second status write, which waits for the rollout. It is timed as the operator is, from the first create
-    // to the last write: creates and writes share the sandbox in both.
-    let baseline = Api::<MyApp>::namespaced(client.clone(), "baseline");
+    // a status write and an Event; not the second status write, which waits for the rollout.
+    // It is timed as the operator is, from the first create to the last write: creates and
+    // writes share the sandbox in both.
     let apply = PatchParams::apply("baseline-loader").force();
     let (created_tx, created_rx) = futures::channel::mpsc::unbounded::<MyApp>();
+    let creator = client.clone();
     let create = async move {
-        stream::iter(0..apps)
-            .for_each_concurrent(32, |i| {
-                let (baseline, created_tx) = (baseline.clone(), created_tx.clone());
-                async move {
-                    let created = baseline.create(&PostParams::default(), &app(i)).await;
-                    let created =
-                        created.unwrap_or_else(|e| panic!("creating MyApp baseline/app-{i}: {e}"));
-                    // The writers outlive the creates: the channel is open.
-                    let _ = created_tx.unbounded_send(created);
-                }
-            })
-            .await;
-        // `created_tx` is dropped here, which ends the writers' stream.
+        // The writers outlive the creates: the channel is open. `created_tx` goes when
+        // `create_all` returns, which ends the writers' stream.
+        create_all(&creator, "baseline", apps, move |created| {
+            let _ = created_tx.unbounded_send(created);
+        })
+        .await;
     };
     let write = created_rx.for_each_concurrent(concurrency, |a| {
         let (client, apply) = (client.clone(), apply.clone());
-        async move {
+        // A task of its own, as each create: see `create_all`.
+        let write = tokio::spawn(async move {
             let name = a.metadata.name.clone().unwrap();
             Api::<Deployment>::namespaced(client.clone(), "baseline")
                 .patch(&name, &apply, &Patch::Apply(resources::deployment(&a)))
@@ -451,7 +462,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
                 .publish(&event, &a.object_ref(&()))
                 .await
                 .unwrap_or_else(|e| panic!("loader: publishing an Event about {name}: {e}"));
-        }
+        });
+        async move { write.await.expect("a loader task panicked") }
     });
     let loader_start = Instant::now();
     futures::join!(create, write);
