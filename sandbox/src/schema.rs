@@ -17,6 +17,9 @@
 //! pattern once). At 10,000 MyApps, `perf` put 47% of the operator bench process's CPU in CRD
 //! validation, 30% in compiling those patterns.
 //!
+//! Rules at the root see `metadata` as the API server declares it there: `name` and
+//! `generateName` only.
+//!
 //! Not modelled: `format` validation, `allOf`/`anyOf`/`oneOf`/`not`, runtime CEL cost budgets
 //! (the static estimate is checked when the CRD is written, `crate::crd`), and
 //! `metadata` validation beyond what CEL rules on the root ask of it. Ratcheting stops at the
