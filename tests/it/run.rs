@@ -196,8 +196,17 @@ async fn half_sent_and_idle(admin: SocketAddr) -> (TcpStream, TcpStream) {
 }
 
 async fn readyz(admin: SocketAddr) -> Option<u16> {
-    status_of(admin, "/readyz").await
+    tokio::time::timeout(PROBE_TIMEOUT, status_of(admin, "/readyz"))
+        .await
+        .ok()?
 }
+
+/// How long a test's probe or scrape waits for its answer before it counts as none (kubelet
+/// gives a probe 1 s by default). Without it, the readiness loop of
+/// `idle_admin_connections_are_capped_and_timed_out_so_probes_keep_working` hung for good
+/// once in a CI run on 2026-12-03, after the operator had closed every idle connection (the
+/// request it waited on was not found; it passed in 5 s when run again).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The status code of a plain-HTTP GET of `path`, as a kubelet's httpGet probe sees it.
 pub(crate) async fn status_of(addr: SocketAddr, path: &str) -> Option<u16> {
@@ -215,6 +224,12 @@ pub(crate) async fn status_of(addr: SocketAddr, path: &str) -> Option<u16> {
 
 /// The body of a plain-HTTP GET of `path`, whatever its status.
 pub(crate) async fn get_text(admin: SocketAddr, path: &str) -> Option<String> {
+    tokio::time::timeout(PROBE_TIMEOUT, get_text_unbounded(admin, path))
+        .await
+        .ok()?
+}
+
+async fn get_text_unbounded(admin: SocketAddr, path: &str) -> Option<String> {
     let tcp = TcpStream::connect(admin).await.ok()?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
