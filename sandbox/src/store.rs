@@ -358,8 +358,10 @@ impl State {
         self.len() == 0
     }
 
-    /// Stores an object under a new resourceVersion and logs the event; returns the stored object.
-    pub fn put(&mut self, rt: &ResourceType, mut obj: Value, kind: EventType) -> Value {
+    /// Stores an object under a new resourceVersion and logs the event; returns the stored object,
+    /// shared with the store and the log: a caller that answers with a copy makes it after
+    /// releasing the lock, and one that needs none makes none.
+    pub fn put(&mut self, rt: &ResourceType, mut obj: Value, kind: EventType) -> Arc<Value> {
         self.expire_events();
         // Both Event APIs store the core form.
         crate::events::convert(&mut obj, crate::events::CORE);
@@ -387,7 +389,7 @@ impl State {
                 .unwrap_or(Value::Null)
         });
         self.log_event(rv, kind, rt.storage(), ns, stored.clone(), previous_labels);
-        Arc::unwrap_or_clone(stored)
+        stored
     }
 
     /// Keeps [`State::dependents`] in step with an object's owner references.
@@ -487,7 +489,11 @@ impl State {
             }
             let mut marked = current;
             mark_deleting(&mut marked);
-            return Some(self.put(&rt, marked, EventType::Modified));
+            return Some(Arc::unwrap_or_clone(self.put(
+                &rt,
+                marked,
+                EventType::Modified,
+            )));
         }
         if rt.kind == "Namespace" && rt.group.is_empty() {
             return Some(self.delete_namespace(name, current));
@@ -519,7 +525,7 @@ impl State {
         let mut terminating = current;
         meta_mut(&mut terminating).insert("deletionTimestamp".into(), json!(now()));
         terminating["status"] = json!({"phase": "Terminating"});
-        self.put(&rt, terminating, EventType::Modified)
+        Arc::unwrap_or_clone(self.put(&rt, terminating, EventType::Modified))
     }
 
     fn namespace_is_empty(&self, name: &str) -> bool {

@@ -4,6 +4,8 @@
 //! Recreate); old ReplicaSets kept at zero up to `revisionHistoryLimit`; and the Deployment's
 //! status and revision counted from its ReplicaSets.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use super::stamp_created;
@@ -91,7 +93,7 @@ fn step(state: &mut State, d: &Value, rs_rt: &ResourceType) -> Step {
             };
             let rs = new_replica_set(state, d, &olds, initial);
             out.created_rs = meta_str(&rs, "name").map(String::from);
-            let stored = state.put(rs_rt, rs, EventType::Added);
+            let stored = Arc::unwrap_or_clone(state.put(rs_rt, rs, EventType::Added));
             out.changed = true;
             out.pods.extend(replicaset::sync(
                 state,

@@ -1,5 +1,7 @@
 //! CREATE (POST): server-owned fields cleared, the write pipeline, then the object stored.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::context::Ctx;
@@ -117,5 +119,6 @@ fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
     after_write(ctx, &mut state, &stored);
     drop(state);
     after_commit(ctx, &stored);
-    Ok(stored)
+    // The copy for the answer, made outside the lock.
+    Ok(Arc::unwrap_or_clone(stored))
 }

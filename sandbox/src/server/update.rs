@@ -1,6 +1,8 @@
 //! UPDATE (PUT): the stored object replaced, with optimistic concurrency and retries; the commit
 //! step PATCH and `/scale` share.
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
@@ -142,13 +144,14 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
         // The last finalizer went: the object goes, and watchers see it as DELETED.
         let removed = state
             .remove(&ctx.rt.storage(), &ctx.ns, &name, false)
-            .unwrap_or(stored);
+            .unwrap_or_else(|| Arc::unwrap_or_clone(stored));
         return Ok(Commit::Done(StatusCode::OK, removed));
     }
     after_write(ctx, &mut state, &stored);
     drop(state);
     after_commit(ctx, &stored);
-    Ok(Commit::Done(StatusCode::OK, stored))
+    // The copy for the answer, made outside the lock.
+    Ok(Commit::Done(StatusCode::OK, Arc::unwrap_or_clone(stored)))
 }
 
 /// [`commit_update`], freeing a Service cluster IP that did not end up stored.

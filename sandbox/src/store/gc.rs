@@ -4,6 +4,8 @@
 //! `pkg/controller/garbagecollector/garbagecollector.go` `processDeletingDependentsItem` and
 //! `orphanDependents`).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::{
@@ -57,7 +59,11 @@ impl State {
         if marked == current {
             return Some(current);
         }
-        Some(self.put(&rt, marked, EventType::Modified))
+        Some(Arc::unwrap_or_clone(self.put(
+            &rt,
+            marked,
+            EventType::Modified,
+        )))
     }
 
     /// The garbage collector's pass over an object being deleted with the `orphan` or
