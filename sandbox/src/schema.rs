@@ -481,8 +481,6 @@ impl CrdSchema {
 
 // === schema walking helpers ===
 
-/// Removes from `node` and everything below it the rules whose failure ratcheting drops: those
-/// that do not use `oldSelf` (transition rules are never ratcheted).
 /// The object as CEL rules see it: at the root, `metadata` holds only `name` and
 /// `generateName`, the two fields the API server declares for rules there
 /// (`WithTypeAndObjectMeta` in k8s.io/apiextensions-apiserver). Besides matching what a rule
@@ -508,6 +506,8 @@ fn rule_view(object: &Value) -> Value {
     Value::Object(view)
 }
 
+/// Removes from `node` and everything below it the rules whose failure ratcheting drops: those
+/// that do not use `oldSelf` (transition rules are never ratcheted).
 fn drop_ratcheting_rules(node: &mut CompiledSchema) {
     node.validations
         .retain(|rule| !matches!(rule, Ok(rule) if !rule.is_transition_rule));
