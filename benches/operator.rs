@@ -8,11 +8,10 @@
 //! RSS peak and requests of a forced relist of every watch, and the rate of a no-op loader
 //! making the same creates and writes through the same sandbox, alone (the operator is stopped
 //! by then), its writes over HTTPS as the operator's, timed like the operator from the first
-//! create. Convergence is read from the
-//! bench's own watch caches, not by listing, so checking it costs the machine little. Numbers
-//! are printed, never asserted; a
-//! figure the bench cannot attribute to the operator (see `operator/requests.rs`) or a wait
-//! that passes its deadline fails the bench with a message instead.
+//! create. Convergence is read from the sandbox's store in memory, not through its API, so
+//! checking it costs the machine little. Numbers are printed, never asserted; a figure the
+//! bench cannot attribute to the operator (see `operator/requests.rs`) or a wait that passes
+//! its deadline fails the bench with a message instead.
 //!
 //! Environment: `MYAPP_BENCH_OPERATOR` (the binary to measure; default: built now with
 //! `--release --no-default-features` into `<target>/bench-operator`), `MYAPP_BENCH_WRAPPER` (a
@@ -99,8 +98,12 @@ fn rss(pid: u32) -> String {
     )
 }
 
+fn name(i: usize) -> String {
+    format!("app-{i}")
+}
+
 fn app(i: usize) -> MyApp {
-    MyApp::test(&format!("app-{i}"))
+    MyApp::test(&name(i))
 }
 
 /// Creates `apps` MyApps in `namespace`, 32 at a time, and hands each to `created`.
@@ -331,21 +334,17 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
 
     sandbox.faults().clear_requests();
     let cpu_idle = cpu_seconds(pid)?;
-    let observed = probe::Observed::start(&client, "load").await;
+    let mut observed = probe::Observed::start(&sandbox, "load", (0..apps).map(name));
     let create_start = Instant::now();
     create_all(&client, "load", apps, drop).await;
     let created = create_start.elapsed();
-    // Each check reads the bench's watch caches: about 1 ms per 10,000 MyApps.
-    let poll = Duration::from_millis((apps as u64 / 100).max(50));
+    let poll = Duration::from_millis(50);
     wait_until("convergence of every MyApp", deadline(apps), poll, || {
-        std::future::ready(observed.unconverged(apps))
+        std::future::ready(observed.unconverged())
     })
     .await
     .map_err(|e| format!("{e} ({} of {apps} not converged)", observed.waiting()))?;
     let converged_after = create_start.elapsed();
-    // Its watches stop here: the relist below expires the next watches to resume, which must
-    // be the operator's.
-    drop(observed);
     let converging = requests::of(&sandbox, &agent);
     let peak_in_flight = sandbox.faults().peak_in_flight(&agent);
     if converging.object_writes() == 0 {

@@ -2,6 +2,7 @@
 //! first admitted review, the operator's reconcile count, and the binary under test.
 
 use std::{
+    collections::VecDeque,
     net::SocketAddr,
     path::PathBuf,
     process::Command,
@@ -9,126 +10,107 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{FutureExt as _, StreamExt as _};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
-use kube::{
-    Api, Client,
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{self, ObjectRef, Store},
-        watcher,
-    },
-};
+use kube_sandbox::Sandbox;
 use myapp_operator::crd::{MyApp, Phase};
 use serde_json::{Value, json};
 
-/// The bench's own watch caches of the MyApps, Deployments and Services in one namespace.
+/// Convergence of the MyApps the bench created, read from the sandbox's store.
 ///
-/// Convergence is checked against these, in memory. The bench used to list all three kinds
-/// every `apps / 10` ms; at 10,000 MyApps that was 30,000 objects with their managedFields
-/// serialized and parsed again each second, about a third of the machine's CPU taken from the
-/// sandbox and the operator it was timing. A watch costs the sandbox one event per write.
+/// Read in memory ([`Sandbox::stored`]), not through the API, so that observing costs the
+/// machine next to nothing the loader's run does not pay too. The bench used to list all three
+/// kinds every `apps / 10` ms (at 10,000 MyApps, a third of the machine's CPU), then kept watch
+/// caches of them: six more watch events per MyApp for the sandbox to send and the bench to
+/// parse, managedFields and all (kube_runtime was in 8.4 % of the bench process's samples
+/// while converging at 10,000). A MyApp is read once those created before it converged, and
+/// once more each check while it is the first that has not.
 pub struct Observed {
+    sandbox: Sandbox,
     namespace: String,
-    apps: Store<MyApp>,
-    deployments: Store<Deployment>,
-    services: Store<Service>,
-    watches: Vec<tokio::task::JoinHandle<()>>,
+    /// The MyApps not seen converged yet, in the order they were created.
+    waiting: VecDeque<String>,
 }
 
-impl Drop for Observed {
-    fn drop(&mut self) {
-        for watch in &self.watches {
-            watch.abort();
-        }
-    }
-}
-
-/// Starts a watch of `K`s in `namespace` that fills a store.
-fn cached<K>(client: &Client, namespace: &str) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let events = watcher(
-        Api::<K>::namespaced(client.clone(), namespace),
-        Default::default(),
-    )
-    .default_backoff()
-    .reflect(writer);
-    let task = tokio::spawn(events.for_each(|_| std::future::ready(())));
-    (store, task)
+/// The MyApp, Deployment and Service stored under one name, parsed; None where absent.
+struct Stored {
+    app: Option<MyApp>,
+    deployment: Option<Deployment>,
+    service: Option<Service>,
 }
 
 impl Observed {
-    /// Watches `namespace` and returns once the three caches hold their first list.
-    pub async fn start(client: &Client, namespace: &str) -> Self {
-        let (apps, a) = cached(client, namespace);
-        let (deployments, d) = cached(client, namespace);
-        let (services, s) = cached(client, namespace);
-        let observed = Self {
+    /// Observes the MyApps `names` in `namespace`.
+    pub fn start(
+        sandbox: &Sandbox,
+        namespace: &str,
+        names: impl IntoIterator<Item = String>,
+    ) -> Self {
+        Self {
+            sandbox: sandbox.clone(),
             namespace: namespace.to_owned(),
-            apps,
-            deployments,
-            services,
-            watches: vec![a, d, s],
-        };
-        for ready in [
-            observed.apps.wait_until_ready().boxed(),
-            observed.deployments.wait_until_ready().boxed(),
-            observed.services.wait_until_ready().boxed(),
-        ] {
-            ready.await.expect("the bench's watch caches fill");
+            waiting: names.into_iter().collect(),
         }
-        observed
     }
 
-    /// Why one MyApp is not converged yet, or None once all `apps` are: the status reports
-    /// the current generation, phase `Running` and every replica available; the Deployment runs
+    /// Why one MyApp is not converged yet, or None once all are: the status reports the
+    /// current generation, phase `Running` and every replica available; the Deployment runs
     /// the spec's image, replicas, env and port with every replica available; the Service
     /// exposes the spec's port.
     ///
-    /// It stops at the first MyApp not converged: the bench calls it every `apps / 100` ms
-    /// while the operator converges, and a full pass that described every MyApp still
-    /// waiting took 14% of the bench process's CPU at 10,000 MyApps, from the sandbox the
-    /// operator was being timed against. [`Observed::waiting`] counts them, for a failure.
-    pub fn unconverged(&self, apps: usize) -> Option<String> {
-        let myapps = self.apps.state();
-        if myapps.len() != apps {
-            return Some(format!("{} of {apps} MyApps exist", myapps.len()));
+    /// It stops at the first MyApp not converged, and forgets those found converged (a
+    /// converged MyApp stays so: nothing else writes them). [`Observed::waiting`] counts the
+    /// rest, for a failure.
+    pub fn unconverged(&mut self) -> Option<String> {
+        while let Some(name) = self.waiting.front() {
+            if let Some(why) = self.why_unconverged(name) {
+                return Some(format!("{}/{name}: {why}", self.namespace));
+            }
+            self.waiting.pop_front();
         }
-        myapps.iter().find_map(|app| {
-            let why = self.why_unconverged(app)?;
-            let name = app.metadata.name.as_deref().unwrap_or_default();
-            Some(format!("{}/{name}: {why}", self.namespace))
-        })
+        None
     }
 
     /// How many MyApps are not converged.
     pub fn waiting(&self) -> usize {
-        let myapps = self.apps.state();
-        myapps
+        self.waiting
             .iter()
-            .filter(|app| self.why_unconverged(app).is_some())
+            .filter(|name| self.why_unconverged(name).is_some())
             .count()
     }
 
-    fn why_unconverged(&self, app: &MyApp) -> Option<&'static str> {
-        let name = app.metadata.name.as_deref().unwrap_or_default();
-        let namespace = &self.namespace;
-        let deployment = self
-            .deployments
-            .get(&ObjectRef::new(name).within(namespace));
-        let service = self.services.get(&ObjectRef::new(name).within(namespace));
-        app_unconverged(app, deployment.as_deref(), service.as_deref())
+    fn why_unconverged(&self, name: &str) -> Option<&'static str> {
+        let stored = match self.read(name) {
+            Ok(stored) => stored,
+            Err(why) => return Some(why),
+        };
+        let Some(app) = stored.app else {
+            return Some("no MyApp");
+        };
+        app_unconverged(&app, stored.deployment.as_ref(), stored.service.as_ref())
+    }
+
+    /// The three objects of `name`, parsed after the store's lock is released.
+    fn read(&self, name: &str) -> Result<Stored, &'static str> {
+        let ns = self.namespace.as_str();
+        let [app, deployment, service] = <[_; 3]>::try_from(self.sandbox.stored(&[
+            ("example.com", "myapps", ns, name),
+            ("apps", "deployments", ns, name),
+            ("", "services", ns, name),
+        ]))
+        .expect("one answer per key");
+        fn parse<T: serde::de::DeserializeOwned>(
+            v: Option<std::sync::Arc<Value>>,
+            what: &'static str,
+        ) -> Result<Option<T>, &'static str> {
+            v.map(|v| T::deserialize(&*v).map_err(|_| what)).transpose()
+        }
+        Ok(Stored {
+            app: parse(app, "stored MyApp does not parse")?,
+            deployment: parse(deployment, "stored Deployment does not parse")?,
+            service: parse(service, "stored Service does not parse")?,
+        })
     }
 }
 

@@ -1127,3 +1127,30 @@ async fn the_scale_subresource_reads_and_writes_replicas() {
     assert_eq!(d.spec.unwrap().replicas, Some(5));
     assert_eq!(d.metadata.generation, Some(2));
 }
+
+#[tokio::test]
+async fn stored_reads_objects_as_a_get_answers_them_without_a_request() {
+    let sandbox = Sandbox::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("c".into());
+    cm.data = Some([("a".to_string(), "1".to_string())].into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let got = serde_json::to_value(cms.get("c").await.unwrap()).unwrap();
+    sandbox.faults().clear_requests();
+
+    let stored = sandbox.stored(&[
+        ("", "configmaps", "default", "c"),
+        ("", "configmaps", "default", "missing"),
+        ("apps", "deployments", "default", "c"),
+    ]);
+    let [Some(found), None, None] = stored.as_slice() else {
+        panic!("expected the ConfigMap only, got {stored:?}");
+    };
+    assert_eq!(found.pointer("/data/a"), Some(&json!("1")));
+    assert_eq!(found.pointer("/metadata"), got.pointer("/metadata"));
+    assert!(
+        sandbox.faults().request_counts().is_empty(),
+        "no request is made"
+    );
+}
