@@ -326,12 +326,14 @@ impl Sandbox {
     /// Objects as stored, read in memory: no request, no serialization, no watch event; one
     /// short hold of the store's lock for all `keys`. For an observer that must not load the
     /// server it observes, such as a benchmark's convergence check. A key is (API group, `""`
-    /// for the core group; resource plural; namespace; name); an absent object is None.
+    /// for the core group; resource plural; namespace; name); an absent object, or a resource
+    /// not served, is None.
     pub fn stored(&self, keys: &[(&str, &str, &str, &str)]) -> Vec<Option<Arc<serde_json::Value>>> {
         let state = self.inner.store.lock();
         keys.iter()
             .map(|&(group, plural, namespace, name)| {
-                state.get_shared(&(group.to_owned(), plural.to_owned()), namespace, name)
+                let rt = state.registry.any_version(group, plural)?;
+                state.get_shared(&rt.storage(), namespace, name).cloned()
             })
             .collect()
     }

@@ -305,18 +305,14 @@ pub struct Expired {
 impl State {
     /// One object.
     pub fn get(&self, res: &Resource, ns: &str, name: &str) -> Option<&Value> {
-        self.stored(res, ns, name).map(|v| &**v)
+        self.get_shared(res, ns, name).map(|v| &**v)
     }
 
-    fn stored(&self, res: &Resource, ns: &str, name: &str) -> Option<&Arc<Value>> {
+    /// One object as shared: cloning it costs a reference count, not a copy.
+    pub fn get_shared(&self, res: &Resource, ns: &str, name: &str) -> Option<&Arc<Value>> {
         self.objects
             .get(res)?
             .get(&(ns.to_string(), name.to_string()))
-    }
-
-    /// One object, shared: a reference count, not a copy.
-    pub fn get_shared(&self, res: &Resource, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.stored(res, ns, name).cloned()
     }
 
     /// Whether the log still holds every event after `rv`; `Expired` if not.

@@ -1143,8 +1143,9 @@ async fn stored_reads_objects_as_a_get_answers_them_without_a_request() {
         ("", "configmaps", "default", "c"),
         ("", "configmaps", "default", "missing"),
         ("apps", "deployments", "default", "c"),
+        ("example.com", "unserved", "default", "c"),
     ]);
-    let [Some(found), None, None] = stored.as_slice() else {
+    let [Some(found), None, None, None] = stored.as_slice() else {
         panic!("expected the ConfigMap only, got {stored:?}");
     };
     assert_eq!(found.pointer("/data/a"), Some(&json!("1")));
