@@ -3,8 +3,8 @@
 //!
 //! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time
 //! to the first admitted review after process start, idle RSS, create and convergence times for
-//! APPS MyApps, the operator's object writes, Events and reads per MyApp and its peak requests
-//! in flight, RSS with everything cached, its requests during a resync of every MyApp, time,
+//! APPS MyApps, the operator's object writes, Events, reads and reconciles per MyApp and its
+//! peak requests in flight, RSS with everything cached, its requests during a resync of every MyApp, time,
 //! RSS peak and requests of a forced relist of every watch, and the rate of a no-op loader
 //! making the same creates and writes through the same sandbox, alone (the operator is stopped
 //! by then), its writes over HTTPS as the operator's, timed like the operator from the first
@@ -334,6 +334,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
 
     sandbox.faults().clear_requests();
     let cpu_idle = cpu_seconds(pid)?;
+    let reconciles_idle = probe::reconciles(admin).await?;
     let mut observed = probe::Observed::start(&sandbox, "load", (0..apps).map(name));
     let create_start = Instant::now();
     create_all(&client, "load", apps, drop).await;
@@ -345,6 +346,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     .await
     .map_err(|e| format!("{e} ({} of {apps} not converged)", observed.waiting()))?;
     let converged_after = create_start.elapsed();
+    let reconciles_converging = probe::reconciles(admin).await? - reconciles_idle;
     let converging = requests::of(&sandbox, &agent);
     let peak_in_flight = sandbox.faults().peak_in_flight(&agent);
     if converging.object_writes() == 0 {
@@ -510,8 +512,9 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         converging.per_app(apps)
     );
     println!(
-        "operator CPU while converging: {cpu_converging:.2} s = {:.3} ms per MyApp",
-        per_app_ms(cpu_converging)
+        "operator CPU while converging: {cpu_converging:.2} s = {:.3} ms per MyApp; reconciles {reconciles_converging} = {:.2} per MyApp",
+        per_app_ms(cpu_converging),
+        reconciles_converging as f64 / apps as f64
     );
     println!(
         "RSS with {apps} MyApps + children cached: {loaded_rss}; {:.1} KiB per MyApp over idle",

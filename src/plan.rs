@@ -152,9 +152,10 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     }
 
     if deployment != ChildState::Current {
-        // The cache holds the Deployment as it was before our apply. The watch event of the
-        // apply triggers the next reconcile, which reports on the new one, so a status
-        // written now would be overwritten at once (one write saved per change).
+        // The cache holds the Deployment as it was before our apply. The next reconcile (its
+        // controller's answer to the apply, or this recheck if it stays silent; the apply's
+        // own watch event triggers none) reports on the new one, so a status written now
+        // would be overwritten at once (one write saved per change).
         plan.recheck = Some(PENDING_GRACE);
         return plan;
     }

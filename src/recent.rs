@@ -9,8 +9,9 @@
 //! resourceVersion equality (versions are opaque, so only "is the cache still at the version we
 //! replaced" is asked, never "is it older").
 //!
-//! An entry goes as soon as a lookup finds the cache past it, so at steady state the map is
-//! empty; entries never looked up again expire after the TTL.
+//! An entry goes as soon as a lookup finds the cache past it, or the watch event of the write
+//! itself arrives ([`RecentWrites::echoes`]), so at steady state the map is empty; entries
+//! never looked up again expire after the TTL.
 
 use std::{
     collections::HashMap,
@@ -28,6 +29,8 @@ pub struct RecentWrites<K, V> {
 struct Entry<V> {
     /// The resourceVersion the cache held when the write was made (`None`: not cached).
     replaced: Option<String>,
+    /// The resourceVersion the server gave the write.
+    version: Option<String>,
     written: V,
 }
 
@@ -47,8 +50,28 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
         if replaced.is_some() && replaced.as_deref() == new_version {
             return;
         }
-        self.lock()
-            .insert(key, Entry { replaced, written }, self.ttl);
+        let version = new_version.map(str::to_owned);
+        let entry = Entry {
+            replaced,
+            version,
+            written,
+        };
+        self.lock().insert(key, entry, self.ttl);
+    }
+
+    /// Whether the object under `key`, now at `version`, is our write itself as its watch
+    /// event brings it back: the version the server gave the write. The reconcile that wrote
+    /// it planned with what it wrote, so the event is news to nobody. A match ends the entry
+    /// (the cache holds the write now).
+    pub fn echoes(&self, key: &K, version: Option<&str>) -> bool {
+        let mut entries = self.lock();
+        let echo = entries
+            .get(key, self.ttl)
+            .is_some_and(|(_, entry)| version.is_some() && entry.version.as_deref() == version);
+        if echo {
+            entries.remove(key);
+        }
+        echo
     }
 
     /// What was written under `key`, if the cache (now at version `cached`) has not seen it
@@ -197,6 +220,27 @@ mod tests {
             recent.unseen(&"web", None),
             None,
             "deleted after the cache saw it"
+        );
+    }
+
+    #[test]
+    fn only_the_version_the_write_was_given_is_its_echo() {
+        let recent = RecentWrites::new(Duration::from_secs(60));
+        recent.record("web", Some("7".into()), Some("8"), "digest-b");
+        assert!(!recent.echoes(&"web", Some("7")), "the version it replaced");
+        assert!(!recent.echoes(&"web", Some("9")), "someone wrote after us");
+        assert!(!recent.echoes(&"web", None));
+        assert!(!recent.echoes(&"api", Some("8")), "another key");
+        assert!(recent.echoes(&"web", Some("8")));
+        assert!(recent.is_empty(), "the echo ends the entry");
+        assert!(
+            !recent.echoes(&"web", Some("8")),
+            "an event is an echo once"
+        );
+        recent.record("web", None, None, "digest-c");
+        assert!(
+            !recent.echoes(&"web", None),
+            "a write without a version has no echo"
         );
     }
 
