@@ -160,13 +160,29 @@ fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> K {
 
 /// FNV-1a over the canonical JSON text (serde_json maps are sorted): stable across builds and
 /// Rust versions, unlike `DefaultHasher`, so an upgrade does not rewrite every child.
+/// The text is hashed as it is written, never held: a reconcile digests both children.
 fn digest(value: &Value) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in value.to_string().bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    let mut hash = Fnv1a(0xcbf2_9ce4_8422_2325);
+    // Writing into a hasher cannot fail, and a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut hash, value);
+    format!("{:016x}", hash.0)
+}
+
+/// FNV-1a as an `io::Write`.
+struct Fnv1a(u64);
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        Ok(bytes.len())
     }
-    format!("{hash:016x}")
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Whether `observed` already holds everything `desired` would apply, so applying is a no-op.
@@ -212,6 +228,26 @@ mod tests {
     use crate::crd::EnvVar as AppEnv;
     use crate::status::Rollout;
     use serde_json::json;
+
+    #[test]
+    fn the_digest_is_fnv_1a_of_the_compact_json_text() {
+        // Children applied by earlier builds carry digests of this text: a change of
+        // algorithm or text would rewrite every child once after an upgrade.
+        let value =
+            json!({"metadata": {"name": "web"}, "spec": {"ports": [8080, "http"], "on": true}});
+        assert_eq!(
+            value.to_string(),
+            r#"{"metadata":{"name":"web"},"spec":{"on":true,"ports":[8080,"http"]}}"#
+        );
+        let mut reference: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in value.to_string().bytes() {
+            reference ^= u64::from(byte);
+            reference = reference.wrapping_mul(0x0100_0000_01b3);
+        }
+        assert_eq!(digest(&value), format!("{reference:016x}"));
+        // FNV-1a of `{}`, computed apart (Python).
+        assert_eq!(digest(&json!({})), "08f44b07b5901a25");
+    }
 
     // === fixtures ===
 
