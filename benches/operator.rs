@@ -230,7 +230,15 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         .rollout_delay(rollout)
         // Status only: thousands of simulated Pods would slow every list and watch measured.
         .simulate_pods(false)
-        .event_log_capacity(200_000)
+        // A watch history bounded by count only, as the API server's watch caches are, and
+        // long enough for a relist of every MyApp's children while they are written (about 8
+        // events per MyApp). Bounded by bytes as well (the sandbox's default, 64 MiB), it had
+        // dropped every event before version 35,784 well before 200,000 were written: at
+        // 100,000 MyApps a watch fell behind it during the creates (410 "too old resource
+        // version"), and every relist's continue token expired before its 2,000 pages were
+        // read, so the lists restarted and the run never converged.
+        .event_log_capacity((apps * 10).max(200_000))
+        .event_log_bytes(usize::MAX)
         .request_log_capacity(1_000)
         .build();
     let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
