@@ -4,14 +4,14 @@
 //! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time
 //! to the first admitted review after process start, idle RSS, create and convergence times for
 //! APPS MyApps, the operator's object writes, Events, reads and reconciles per MyApp and its
-//! peak requests in flight, RSS with everything cached, its requests during a resync of every MyApp, time,
-//! RSS peak and requests of a forced relist of every watch, and the rate of a no-op loader
-//! making the same creates and writes through the same sandbox, alone (the operator is stopped
-//! by then), its writes over HTTPS as the operator's, timed like the operator from the first
-//! create. Convergence is read from the sandbox's store in memory, not through its API, so
-//! checking it costs the machine little. Numbers are printed, never asserted; a figure the
-//! bench cannot attribute to the operator (see `operator/requests.rs`) or a wait that passes
-//! its deadline fails the bench with a message instead.
+//! peak requests in flight, RSS with everything cached, its requests during a resync of every
+//! MyApp, time, RSS peak and requests of a forced relist of every watch, and the rate of a
+//! no-op loader making the same creates and writes through the same sandbox, alone (the
+//! operator is stopped by then), its writes over HTTPS as the operator's, timed like the
+//! operator from the first create. Convergence is read from the sandbox's store in memory, not
+//! through its API, so checking it costs the machine little. Numbers are printed, never
+//! asserted; a figure the bench cannot attribute to the operator (see `operator/requests.rs`)
+//! or a wait that passes its deadline fails the bench with a message instead.
 //!
 //! Environment: `MYAPP_BENCH_OPERATOR` (the binary to measure; default: built now with
 //! `--release --no-default-features` into `<target>/bench-operator`), `MYAPP_BENCH_WRAPPER` (a

@@ -300,15 +300,19 @@ fn queue_self(queue: &Arc<Queue>) -> impl FnMut(&MyApp) + Send + Sync + 'static 
 fn queue_owner<K: Resource>(queue: &Arc<Queue>) -> impl FnMut(&K) + Send + Sync + 'static {
     let queue = queue.clone();
     move |child| {
-        let meta = child.meta();
-        for owner in meta.owner_references.iter().flatten() {
-            if let Some(app) =
-                ObjectRef::<MyApp>::from_owner_ref(meta.namespace.as_deref(), owner, ())
-            {
-                queue.triggered(app.namespace.as_deref(), &app.name);
-            }
+        for app in owners(child) {
+            queue.triggered(app.namespace.as_deref(), &app.name);
         }
     }
+}
+
+/// The MyApps owning a child: every owner reference of MyApp's kind and group.
+fn owners<K: Resource>(child: &K) -> impl Iterator<Item = ObjectRef<MyApp>> + '_ {
+    let meta = child.meta();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .filter_map(|owner| ObjectRef::from_owner_ref(meta.namespace.as_deref(), owner, ()))
 }
 
 /// Lets through every child event but the watch event of our own apply (see
@@ -322,12 +326,10 @@ fn not_an_echo<K: Resource>(
 ) -> impl FnMut(&K) -> future::Ready<bool> + Send + Sync + 'static {
     let applied = applied.clone();
     move |object| {
-        let meta = object.meta();
-        let owner = meta.owner_references.iter().flatten().find_map(|owner| {
-            ObjectRef::<MyApp>::from_owner_ref(meta.namespace.as_deref(), owner, ())
-        });
-        let echo = owner
-            .is_some_and(|app| applied.echoes(&(app, child), meta.resource_version.as_deref()));
+        let version = object.meta().resource_version.as_deref();
+        let echo = owners(object)
+            .next()
+            .is_some_and(|app| applied.echoes(&(app, child), version));
         future::ready(!echo)
     }
 }

@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 /// kinds every `apps / 10` ms (at 10,000 MyApps, a third of the machine's CPU), then kept watch
 /// caches of them: six more watch events per MyApp for the sandbox to send and the bench to
 /// parse, managedFields and all (kube_runtime and this module were in 8.4 % of the bench
-/// process's samples while converging at 10,000). A MyApp is read once those created before it converged, and
-/// once more each check while it is the first that has not.
+/// process's samples while converging at 10,000). A MyApp is read once those created before it
+/// converged, and once more each check while it is the first that has not.
 pub struct Observed {
     sandbox: Sandbox,
     namespace: String,
