@@ -6,14 +6,19 @@
 //! remembers, per key, which cached version a write replaced and what it wrote; while the cache
 //! still holds the replaced version, the reconcile compares against what was written instead.
 //! This is the "expectations" idea of the Kubernetes ReplicaSet controller, reduced to
-//! resourceVersion equality (versions are opaque, so only "is the cache still at the version we
-//! replaced" is asked, never "is it older").
+//! resourceVersions: the cache has not seen the write while it holds the version the write
+//! replaced, or a version older than the one the server gave the write. The second case is a
+//! concurrent write that our forced apply overwrote, whose watch event arrives before ours:
+//! without it, a reconcile on that event would undo a change that is already undone. "Older"
+//! is asked only of versions that KEP-5504 (stable in Kubernetes 1.35) makes comparable,
+//! decimal integers without leading zeros; other versions are opaque and only equality counts.
 //!
 //! An entry goes as soon as a lookup finds the cache past it, or the watch event of the write
 //! itself arrives ([`RecentWrites::echoes`]), so at steady state the map is empty; entries
 //! never looked up again expire after the TTL.
 
 use std::{
+    cmp::Ordering,
     collections::HashMap,
     hash::Hash,
     sync::{Mutex, MutexGuard},
@@ -75,11 +80,16 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
     }
 
     /// What was written under `key`, if the cache (now at version `cached`) has not seen it
-    /// yet. A cache past the replaced version ends the entry.
+    /// yet: it holds the replaced version or one older than the write's. Any other version
+    /// ends the entry: the write, or someone's after it.
     pub fn unseen(&self, key: &K, cached: Option<&str>) -> Option<V> {
         let mut entries = self.lock();
         let (_, entry) = entries.get(key, self.ttl)?;
-        if entry.replaced.as_deref() == cached {
+        let behind = match (cached, entry.version.as_deref()) {
+            (Some(cached), Some(written)) => compare(cached, written) == Some(Ordering::Less),
+            _ => false,
+        };
+        if behind || entry.replaced.as_deref() == cached {
             return Some(entry.written.clone());
         }
         entries.remove(key);
@@ -99,6 +109,15 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
     fn lock(&self) -> MutexGuard<'_, Timed<K, Entry<V>>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// How two resourceVersions of one resource compare, when both are comparable as KEP-5504
+/// defines it: decimal integers without leading zeros (so zero is not one), compared by
+/// length, then digit by digit. `None` for any other pair: opaque versions.
+fn compare(a: &str, b: &str) -> Option<Ordering> {
+    let comparable =
+        |v: &str| !v.starts_with('0') && !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+    (comparable(a) && comparable(b)).then(|| a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
 }
 
 /// Since when each key has been waiting for something, forgotten after `ttl`.
@@ -208,6 +227,42 @@ mod tests {
             "someone wrote after us"
         );
         assert_eq!(recent.unseen(&"api", Some("7")), None, "another key");
+    }
+
+    #[test]
+    fn a_write_is_unseen_while_the_cache_holds_a_version_older_than_it() {
+        // Another writer changed the object (50 -> 55) while our forced apply, planned at 50,
+        // was in flight and overwrote it (56); the cache gets 55 before 56.
+        let recent = RecentWrites::new(Duration::from_secs(60));
+        recent.record("web", Some("50".into()), Some("56"), "digest-b");
+        assert_eq!(recent.unseen(&"web", Some("55")), Some("digest-b"));
+        assert_eq!(
+            recent.unseen(&"web", Some("9")),
+            Some("digest-b"),
+            "compared as numbers, not as text"
+        );
+        assert_eq!(
+            recent.unseen(&"web", Some("61")),
+            None,
+            "someone wrote after us"
+        );
+        assert!(recent.is_empty());
+        // Versions that are not canonical decimal integers are opaque: only equality counts.
+        recent.record("web", Some("a".into()), Some("c"), "digest-b");
+        assert_eq!(recent.unseen(&"web", Some("b")), None);
+        recent.record("web", Some("050".into()), Some("056"), "digest-b");
+        assert_eq!(recent.unseen(&"web", Some("055")), None);
+    }
+
+    #[test]
+    fn resource_versions_compare_as_kep_5504_says_or_not_at_all() {
+        assert_eq!(compare("9", "10"), Some(Ordering::Less));
+        assert_eq!(compare("123", "122"), Some(Ordering::Greater));
+        assert_eq!(compare("42", "42"), Some(Ordering::Equal));
+        for opaque in ["", "0", "007", "12a", "-1", "1.5"] {
+            assert_eq!(compare(opaque, "5"), None, "{opaque:?}");
+            assert_eq!(compare("5", opaque), None, "{opaque:?}");
+        }
     }
 
     #[test]
