@@ -59,12 +59,9 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 /// A client of the sandbox as served: HTTPS to its address, authenticated as `kubeconfig` says,
 /// as an out-of-process client (the operator) reaches it.
 async fn served_client(kubeconfig: &str) -> Outcome<Client> {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig)
-        .map_err(|e| format!("reading the served sandbox's kubeconfig: {e}"))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    kube_sandbox::client_for(kubeconfig)
         .await
-        .map_err(|e| format!("loading the served sandbox's kubeconfig: {e}"))?;
-    Client::try_from(config).map_err(|e| format!("a client of the served sandbox: {e}"))
+        .map_err(|e| format!("a client of the served sandbox: {e}"))
 }
 
 /// CPU time, user plus system, that `pid` has used so far: fields 14 and 15 of

@@ -11,9 +11,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::{
     Api, Client,
     api::{Patch, PatchParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
-use kube_sandbox::{Sandbox, Served, admission::ServiceRef};
+use kube_sandbox::{ClientError, Sandbox, Served, admission::ServiceRef};
 use serde::{Serialize, de::DeserializeOwned};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -163,13 +162,12 @@ impl Environment {
 
     /// A kube client for the sandbox, through its loopback address as kubectl reaches it.
     pub async fn client(&self) -> Result<Client, Error> {
-        let kubeconfig =
-            Kubeconfig::from_yaml(&self.served().kubeconfig()).map_err(Error::ReadKubeconfig)?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(Error::ReadKubeconfig)?;
-        Client::try_from(config).map_err(Error::ConnectCluster)
+        kube_sandbox::client_for(&self.served().kubeconfig())
+            .await
+            .map_err(|e| match e {
+                ClientError::Kubeconfig(e) => Error::ReadKubeconfig(e),
+                ClientError::Client(e) => Error::ConnectCluster(e),
+            })
     }
 
     /// The sandbox's address.

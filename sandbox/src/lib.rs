@@ -68,5 +68,7 @@ pub use authn::{Identity, UserInfo};
 pub use discovery::DEFAULT_MINOR;
 pub use faults::{FaultHandle, RequestKey, RequestRecord, WriteFault};
 pub use rollout::RolloutHandle;
-pub use sandbox::{Error, Sandbox, SandboxBuilder, Served, kubeconfig_for};
+pub use sandbox::{
+    ClientError, Error, Sandbox, SandboxBuilder, Served, client_for, config_for, kubeconfig_for,
+};
 pub use status::ApiError;

@@ -339,6 +339,33 @@ impl Sandbox {
     }
 }
 
+/// Why [`client_for`] could not make a client of a kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig does not parse, or its current context does not load.
+    #[error("failed to load the kubeconfig: {0}")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    /// kube could not build a client of the loaded configuration.
+    #[error("failed to build a client of the kubeconfig: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// The kube configuration of `kubeconfig`'s (YAML) current context, as a client out of process
+/// loads it: for callers that change it (a header) before building the client.
+pub async fn config_for(kubeconfig: &str) -> Result<kube::Config, ClientError> {
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(kubeconfig).map_err(ClientError::Kubeconfig)?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(ClientError::Kubeconfig)
+}
+
+/// A client of `kubeconfig`'s (YAML) current context: for a served sandbox, HTTPS to its
+/// address with its CA and the token the kubeconfig names, as the operator reaches it.
+pub async fn client_for(kubeconfig: &str) -> Result<kube::Client, ClientError> {
+    kube::Client::try_from(config_for(kubeconfig).await?).map_err(ClientError::Client)
+}
+
 /// A kubeconfig (YAML) pointing at a sandbox served over plain HTTP on `addr`, context
 /// `sandbox`, namespace default (its token is only accepted while authentication is off).
 pub fn kubeconfig_for(addr: SocketAddr) -> String {

@@ -24,11 +24,7 @@ use k8s_openapi::{
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
-use kube::{
-    Api, Client,
-    api::PostParams,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Api, Client, api::PostParams};
 use kube_sandbox::{Sandbox, admission::ServiceRef};
 use myapp_operator::{
     admission::AdmissionConfig,
@@ -82,14 +78,6 @@ const UNSERVED_BUILTINS: &[(&str, &str, &str)] = &[
     ("policy", "PodDisruptionBudget", "poddisruptionbudgets"),
     ("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
 ];
-
-async fn client_for(kubeconfig: &str) -> Client {
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
 
 /// What cert-manager's CA injector does for `cert-manager.io/inject-ca-from`: read the
 /// configuration, set `caBundle` on every webhook, write it back (an update).
@@ -204,7 +192,7 @@ async fn the_whole_deploy_directory_installs_admits_rejects_and_reconciles() {
     let Some(kubectl) = Kubectl::new(&served.kubeconfig()) else {
         return;
     };
-    let client = client_for(&served.kubeconfig()).await;
+    let client = crate::support::install::client_for(&served.kubeconfig()).await;
 
     // cert-manager is installed first; its CRDs are all that applying certificates.yaml needs.
     let crds = Api::<CustomResourceDefinition>::all(client.clone());

@@ -17,7 +17,6 @@ use k8s_openapi::api::{apps::v1::Deployment, events::v1::Event};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt as _, watcher},
 };
 use kube_sandbox::RequestRecord;
@@ -37,11 +36,8 @@ type Seen = (Option<Phase>, Option<i64>);
 /// A client that sends the operator's User-Agent, as `run` does, so the request log tells its
 /// writes from the test's.
 async fn operator_client(env: &Environment) -> Client {
-    let kubeconfig = Kubeconfig::read_from(&env.kubeconfig_path).unwrap();
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
+    let text = std::fs::read_to_string(&env.kubeconfig_path).unwrap();
+    let mut config = kube_sandbox::config_for(&text).await.unwrap();
     config
         .headers
         .push((USER_AGENT, HeaderValue::from_static(run::USER_AGENT)));

@@ -28,7 +28,6 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use kube_sandbox::RequestRecord;
 use myapp_operator::{
@@ -125,11 +124,7 @@ fn rbac_yaml_permissions() -> BTreeSet<Permission> {
 /// A client for the sandbox that identifies itself as the operator.
 async fn operator_client(env: &Environment) -> Client {
     let text = std::fs::read_to_string(&env.kubeconfig_path).unwrap();
-    let kubeconfig = Kubeconfig::from_yaml(&text).unwrap();
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
+    let mut config = kube_sandbox::config_for(&text).await.unwrap();
     config
         .headers
         .push((USER_AGENT, HeaderValue::from_static(OPERATOR_AGENT)));

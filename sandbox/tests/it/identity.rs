@@ -17,11 +17,9 @@ const SA: &str = "system:serviceaccount:myapp-system:myapp-operator";
 
 async fn client(kubeconfig: &str) -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig parses");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    kube_sandbox::client_for(kubeconfig)
         .await
-        .expect("kubeconfig loads");
-    Client::try_from(config).expect("client")
+        .expect("a client of the kubeconfig")
 }
 
 /// A sandbox served over HTTPS with two tokens of the operator's ServiceAccount (two

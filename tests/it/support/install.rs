@@ -3,17 +3,12 @@
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, GroupVersionKind, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::Value;
 
 /// A client for a kubeconfig's current context.
 pub async fn client_for(kubeconfig: &str) -> Client {
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    kube_sandbox::client_for(kubeconfig).await.unwrap()
 }
 
 /// Every YAML document of `deploy/<file>`, as JSON values.
