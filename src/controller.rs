@@ -621,7 +621,6 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         ctx.awaiting_rollout.end(&key);
     }
 
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
     let generation = app.metadata.generation;
     // A fight holds off rewrites of an existing Deployment (never its creation).
     let held = match (&plan.deployment, deployment) {
@@ -640,8 +639,6 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
                     &serde_json::to_value(observed).unwrap_or_default(),
                 )
             });
-            // Answers are read as the cache reads a Deployment (see `apply_child`).
-            let api = Api::<CachedDeployment>::namespaced(ctx.client.clone(), &namespace);
             // Before the forced apply takes the fields back: who owns them now.
             let rivals = match &changed {
                 Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
@@ -657,10 +654,9 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
                     "metadata": {"name": name, "namespace": namespace},
                     "spec": {"replicas": replicas},
                 });
-                api.patch(
-                    &name,
-                    &PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force(),
-                    &Patch::Apply(&keep),
+                let manager = PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force();
+                apply_read_version::<CachedDeployment, _>(
+                    ctx, &manager, &namespace, &name, None, &keep,
                 )
                 .await
                 .map_err(Error::HandOffReplicas)?;
@@ -715,9 +711,16 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     service_applied?;
     if let Some(status) = &plan.status {
         let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
-        let written = match Api::<MyApp>::namespaced(ctx.client.clone(), &namespace)
-            .patch_status(&name, &apply, &Patch::Apply(&patch))
-            .await
+        let ours = PatchParams::apply(FIELD_MANAGER).force();
+        let written = match apply_read_version::<MyApp, _>(
+            ctx,
+            &ours,
+            &namespace,
+            &name,
+            Some("status"),
+            &patch,
+        )
+        .await
         {
             Ok(written) => written,
             // Its children go with it, by their owner references: nothing is left to report
@@ -735,7 +738,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         ctx.reported.record(
             key,
             app.resource_version(),
-            written.resource_version().as_deref(),
+            written.as_deref(),
             status.clone(),
         );
     }
@@ -774,19 +777,12 @@ async fn apply_child<C, K>(
     cached_version: Option<&str>,
 ) -> Result<(), Error>
 where
-    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
+    C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
     K: Resource + std::fmt::Debug + serde::Serialize,
 {
     let (name, namespace) = (&app.name, app.namespace.as_deref().unwrap_or_default());
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    // The answer is read as the cache reads the child (its resourceVersion is all that is used
-    // of it): not as the whole Deployment, with its pod template and managedFields, on every
-    // apply, nor with a reader for every field of a pod spec in the binary.
-    let written = Api::<C>::namespaced(ctx.client.clone(), namespace)
-        .patch(name, &apply, &Patch::Apply(desired))
+    let ours = PatchParams::apply(FIELD_MANAGER).force();
+    let written = apply_read_version::<C, _>(ctx, &ours, namespace, name, None, desired)
         .await
         .map_err(|error| match child {
             Child::Deployment => Error::ApplyDeployment(error),
@@ -801,10 +797,55 @@ where
     ctx.applied.record(
         (app.clone(), child),
         cached_version.map(str::to_owned),
-        written.resource_version().as_deref(),
+        written.as_deref(),
         plan::digest(desired),
     );
     Ok(())
+}
+
+/// What the operator reads of a write's answer: the resourceVersion the server gave it. The
+/// answer is the whole object, managedFields and all; read into a type, every field of it was
+/// parsed and allocated on every write only for this one.
+#[derive(serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct WrittenMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+/// Server-side applies `patch` with `params` to the `K` named `name` in `namespace`, or to its
+/// `subresource`, as `Api::patch` and `Api::patch_subresource` do; returns the resourceVersion
+/// of the result and reads nothing else of it (see [`Written`]).
+async fn apply_read_version<K, P>(
+    ctx: &Context,
+    params: &PatchParams,
+    namespace: &str,
+    name: &str,
+    subresource: Option<&str>,
+    patch: &P,
+) -> Result<Option<String>, kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    let patch = Patch::Apply(patch);
+    let request = kube::core::Request::new(K::url_path(&(), Some(namespace)));
+    let (request, verb) = match subresource {
+        Some(sub) => (
+            request.patch_subresource(sub, name, params, &patch),
+            "patch_subresource",
+        ),
+        None => (request.patch(name, params, &patch), "patch"),
+    };
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    // The span name kube's client gives its own calls.
+    request.extensions_mut().insert(verb);
+    let written: Written = ctx.client.request(request).await?;
+    Ok(written.metadata.resource_version)
 }
 
 fn version<K: Resource>(cached: Option<&K>) -> Option<&str> {
@@ -943,6 +984,24 @@ mod tests {
             "status-only change, our own status write among them"
         );
         assert!(needs_reconcile(&InitApply(app(2, Some(2)))), "relist");
+    }
+
+    #[test]
+    fn a_write_answer_is_read_for_its_resource_version_alone() {
+        let answer = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "shop", "resourceVersion": "42", "generation": 3,
+                "managedFields": [{"manager": "myapp-operator", "operation": "Apply",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {"replicas": 3},
+            "status": {"observedGeneration": 2},
+        });
+        let written: Written = serde_json::from_value(answer).unwrap();
+        assert_eq!(written.metadata.resource_version.as_deref(), Some("42"));
+        let unversioned: Written = serde_json::from_value(json!({"metadata": {}})).unwrap();
+        assert_eq!(unversioned.metadata.resource_version, None);
     }
 
     #[test]

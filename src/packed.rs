@@ -81,19 +81,42 @@ static QUOTED: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
         .collect()
 });
 
+/// The bytes of [`QUOTED`] by their length: `BY_LENGTH[n]` holds the tokens `n` bytes long.
+static BY_LENGTH: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+    let longest = QUOTED.iter().map(Vec::len).max().unwrap_or_default();
+    let mut by_length = vec![Vec::new(); longest + 1];
+    for (code, quoted) in QUOTED.iter().enumerate() {
+        by_length[quoted.len()].push(code as u8);
+    }
+    by_length
+});
+
 /// `json` with every token of [`QUOTED`] replaced by its byte.
+///
+/// A token is a whole JSON string, and none holds a quote, so a token starts at a quote only
+/// if it ends at the next one: that string is compared with the tokens of its length alone
+/// (one or two), not with all of them. Trying every token at every quote was 4.6 % of the
+/// operator's CPU while converging 10,000 MyApps (profile, 197 Hz).
 fn encode(json: &[u8]) -> Vec<u8> {
-    let quoted = &*QUOTED;
+    let (quoted, by_length) = (&*QUOTED, &*BY_LENGTH);
     let mut out = Vec::with_capacity(json.len() / 2);
     let mut rest = json;
     while let Some((&first, tail)) = rest.split_first() {
         let token = (first == b'"')
-            .then(|| quoted.iter().position(|q| rest.starts_with(q)))
-            .flatten();
+            .then(|| tail.iter().position(|&b| b == b'"'))
+            .flatten()
+            .and_then(|end| {
+                let string = &rest[..end + 2];
+                by_length
+                    .get(string.len())?
+                    .iter()
+                    .copied()
+                    .find(|&code| quoted[usize::from(code)] == string)
+            });
         match token {
             Some(code) => {
-                out.push(code as u8);
-                rest = &rest[quoted[code].len()..];
+                out.push(code);
+                rest = &rest[quoted[usize::from(code)].len()..];
             }
             None => {
                 out.push(first);
@@ -278,8 +301,31 @@ mod tests {
             let text = parts.concat();
             let json = serde_json::to_vec(&serde_json::json!({ &text: [&text, {"k": &text}] })).unwrap();
             prop_assert!(json.iter().all(|&b| b >= 0x20));
+            prop_assert_eq!(encode(&json), encode_at_every_quote(&json));
             prop_assert_eq!(decode(&encode(&json)), json);
         }
+    }
+
+    /// [`encode`] as first written: every token tried at every quote.
+    fn encode_at_every_quote(json: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = json;
+        while let Some((&first, tail)) = rest.split_first() {
+            let token = (first == b'"')
+                .then(|| QUOTED.iter().position(|q| rest.starts_with(q)))
+                .flatten();
+            match token {
+                Some(code) => {
+                    out.push(code as u8);
+                    rest = &rest[QUOTED[code].len()..];
+                }
+                None => {
+                    out.push(first);
+                    rest = tail;
+                }
+            }
+        }
+        out
     }
     use crate::cache::{CachedDeployment, CachedService};
     use serde_json::{Value, json};
