@@ -804,8 +804,9 @@ where
 }
 
 /// What the operator reads of a write's answer: the resourceVersion the server gave it. The
-/// answer is the whole object, managedFields and all; read into a type, every field of it was
-/// parsed and allocated on every write only for this one.
+/// answer is the whole object, managedFields and all; read as the cache's type of a child (or
+/// as a whole MyApp, for a status write), every field that type keeps was parsed and allocated
+/// on every write for this one.
 #[derive(serde::Deserialize)]
 struct Written {
     metadata: WrittenMeta,
