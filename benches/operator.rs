@@ -8,7 +8,9 @@
 //! MyApp, time, RSS peak and requests of a forced relist of every watch, and the rate of a
 //! no-op loader making the same creates and writes through the same sandbox, alone (the
 //! operator is stopped by then), its writes over HTTPS as the operator's, timed like the
-//! operator from the first create. Convergence is read from the sandbox's store in memory, not
+//! operator from the first create; for both runs, the CPU per MyApp of each process and how the
+//! machine spent its time (busy, idle, stolen by the hypervisor), since on a shared machine both
+//! rates stand as the CPU each run costs. Convergence is read from the sandbox's store in memory, not
 //! through its API, so checking it costs the machine little. Numbers are printed, never
 //! asserted; a figure the bench cannot attribute to the operator (see `operator/requests.rs`)
 //! or a wait that passes its deadline fails the bench with a message instead.
@@ -80,6 +82,57 @@ fn cpu_seconds(pid: u32) -> Outcome<f64> {
         _ => Err(format!(
             "/proc/{pid}/stat has no utime/stime fields: {stat:?}"
         )),
+    }
+}
+
+/// The machine's clock ticks so far, summed over its cores (the first line of /proc/stat): busy,
+/// idle (waiting for I/O included) and stolen by the hypervisor for other guests.
+#[derive(Clone, Copy)]
+struct Ticks {
+    busy: u64,
+    idle: u64,
+    steal: u64,
+}
+
+impl Ticks {
+    fn now() -> Outcome<Self> {
+        let stat = std::fs::read_to_string("/proc/stat")
+            .map_err(|e| format!("reading /proc/stat for the machine's CPU time: {e}"))?;
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()
+            .and_then(|line| line.strip_prefix("cpu "))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .filter_map(|f| f.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // user nice system idle iowait irq softirq steal (guest time is counted in user).
+        let [user, nice, system, idle, iowait, irq, softirq, steal, ..] = fields[..] else {
+            return Err(format!("/proc/stat has no 8-field cpu line: {stat:.200}"));
+        };
+        Ok(Self {
+            busy: user + nice + system + irq + softirq,
+            idle: idle + iowait,
+            steal,
+        })
+    }
+
+    /// How the machine spent the time since `before`, in percent of it.
+    fn since(self, before: Self) -> String {
+        let (busy, idle, steal) = (
+            self.busy - before.busy,
+            self.idle - before.idle,
+            self.steal - before.steal,
+        );
+        let total = (busy + idle + steal).max(1) as f64 / 100.0;
+        format!(
+            "busy {:.0} %, idle {:.0} %, stolen by the hypervisor {:.0} %",
+            busy as f64 / total,
+            idle as f64 / total,
+            steal as f64 / total
+        )
     }
 }
 
@@ -339,6 +392,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
 
     sandbox.faults().clear_requests();
     let cpu_idle = cpu_seconds(pid)?;
+    let (machine_idle, bench_idle) = (Ticks::now()?, cpu_seconds(std::process::id())?);
     let reconciles_idle = probe::reconciles(admin).await?;
     let mut observed = probe::Observed::start(&sandbox, "load", (0..apps).map(name));
     let create_start = Instant::now();
@@ -351,6 +405,8 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     .await
     .map_err(|e| format!("{e} ({} of {apps} not converged)", observed.waiting()))?;
     let converged_after = create_start.elapsed();
+    let machine_converging = Ticks::now()?.since(machine_idle);
+    let bench_converging = cpu_seconds(std::process::id())? - bench_idle;
     let reconciles_converging = probe::reconciles(admin).await? - reconciles_idle;
     let converging = requests::of(&sandbox, &agent);
     let peak_in_flight = sandbox.faults().peak_in_flight(&agent);
@@ -490,9 +546,12 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         });
         async move { write.await.expect("a loader task panicked") }
     });
+    let (machine_loader, bench_loader) = (Ticks::now()?, cpu_seconds(std::process::id())?);
     let loader_start = Instant::now();
     futures::join!(create, write);
     let loader = loader_start.elapsed();
+    let machine_loader = Ticks::now()?.since(machine_loader);
+    let bench_loader = cpu_seconds(std::process::id())? - bench_loader;
 
     let operator_rate = apps as f64 / converged_after.as_secs_f64();
     let loader_rate = apps as f64 / loader.as_secs_f64();
@@ -522,6 +581,13 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         reconciles_converging as f64 / apps as f64
     );
     println!(
+        "CPU per MyApp from the first create until converged: {:.3} ms = the bench's process \
+         (creates, the sandbox) {:.3} + the operator {:.3}; the machine meanwhile: {machine_converging}",
+        per_app_ms(bench_converging + cpu_converging),
+        per_app_ms(bench_converging),
+        per_app_ms(cpu_converging)
+    );
+    println!(
         "RSS with {apps} MyApps + children cached: {loaded_rss}; {:.1} KiB per MyApp over idle",
         loaded_kib.saturating_sub(idle_kib) as f64 / apps as f64
     );
@@ -545,6 +611,11 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     println!(
         "no-op loader (same creates; 2 child applies, 1 status write, 1 Event each over HTTPS; same concurrency; from first create to last write): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",
         operator_rate / loader_rate
+    );
+    println!(
+        "CPU per MyApp of the loader's run: {:.3} ms, all in the bench's process (creates, the \
+         sandbox, the loader's client); the machine meanwhile: {machine_loader}",
+        per_app_ms(bench_loader)
     );
     served.shutdown().await.unwrap();
     Ok(())
