@@ -8,12 +8,13 @@
 //! MyApp, time, RSS peak and requests of a forced relist of every watch, and the rate of a
 //! no-op loader making the same creates and writes through the same sandbox, alone (the
 //! operator is stopped by then), its writes over HTTPS as the operator's, timed like the
-//! operator from the first create; for both runs, the CPU per MyApp of each process and how the
-//! machine spent its time (busy, idle, stolen by the hypervisor), since on a shared machine both
-//! rates stand as the CPU each run costs. Convergence is read from the sandbox's store in memory, not
-//! through its API, so checking it costs the machine little. Numbers are printed, never
-//! asserted; a figure the bench cannot attribute to the operator (see `operator/requests.rs`)
-//! or a wait that passes its deadline fails the bench with a message instead.
+//! operator from the first create; for both runs, the CPU per MyApp of each process and how
+//! the machine spent its time (busy, idle, stolen by the hypervisor), since on a shared machine
+//! both rates stand as the CPU each run costs. Convergence is read from the sandbox's store in
+//! memory, not through its API, so checking it costs the machine little. Numbers are printed,
+//! never asserted; a figure the bench cannot attribute to the operator (see
+//! `operator/requests.rs`) or a wait that passes its deadline fails the bench with a message
+//! instead.
 //!
 //! Environment: `MYAPP_BENCH_OPERATOR` (the binary to measure; default: built now with
 //! `--release --no-default-features` into `<target>/bench-operator`), `MYAPP_BENCH_WRAPPER` (a

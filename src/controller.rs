@@ -656,7 +656,12 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
                 });
                 let manager = PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force();
                 apply_read_version::<CachedDeployment, _>(
-                    ctx, &manager, &namespace, &name, None, &keep,
+                    &ctx.client,
+                    &manager,
+                    &namespace,
+                    &name,
+                    None,
+                    &keep,
                 )
                 .await
                 .map_err(Error::HandOffReplicas)?;
@@ -713,7 +718,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
         let ours = PatchParams::apply(FIELD_MANAGER).force();
         let written = match apply_read_version::<MyApp, _>(
-            ctx,
+            &ctx.client,
             &ours,
             &namespace,
             &name,
@@ -782,7 +787,7 @@ where
 {
     let (name, namespace) = (&app.name, app.namespace.as_deref().unwrap_or_default());
     let ours = PatchParams::apply(FIELD_MANAGER).force();
-    let written = apply_read_version::<C, _>(ctx, &ours, namespace, name, None, desired)
+    let written = apply_read_version::<C, _>(&ctx.client, &ours, namespace, name, None, desired)
         .await
         .map_err(|error| match child {
             Child::Deployment => Error::ApplyDeployment(error),
@@ -822,7 +827,7 @@ struct WrittenMeta {
 /// `subresource`, as `Api::patch` and `Api::patch_subresource` do; returns the resourceVersion
 /// of the result and reads nothing else of it (see [`Written`]).
 async fn apply_read_version<K, P>(
-    ctx: &Context,
+    client: &Client,
     params: &PatchParams,
     namespace: &str,
     name: &str,
@@ -845,7 +850,7 @@ where
     let mut request = request.map_err(kube::Error::BuildRequest)?;
     // The span name kube's client gives its own calls.
     request.extensions_mut().insert(verb);
-    let written: Written = ctx.client.request(request).await?;
+    let written: Written = client.request(request).await?;
     Ok(written.metadata.resource_version)
 }
 
