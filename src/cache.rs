@@ -1,6 +1,6 @@
 //! What the watch caches keep. Children are partial typed objects holding only the fields
 //! [`crate::resources`] applies (so [`crate::resources::is_applied`] can compare) and the status
-//! fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads ([`slim_myapp`]).
+//! fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads ([`WatchedMyApp`]).
 //!
 //! The watch caches hold one of each child per MyApp, so their size is the operator's memory.
 //! A k8s-openapi `Deployment` is 2.4 KB inline and each `Container` another 2.1 KB before any
@@ -12,15 +12,15 @@
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
-use kube::Resource;
+use kube::{Resource, runtime::watcher};
 use serde::{Deserialize, Serialize};
 
 use std::borrow::Cow;
 
 use crate::{
-    crd::MyApp,
+    crd::{MyApp, MyAppSpec, MyAppStatus},
     resources::{
         APP_NAME, APPLIED_DIGEST_ANNOTATION, FIELD_MANAGER, PORT_NAME, REPLICAS_ANNOTATION,
     },
@@ -206,7 +206,7 @@ pub struct CachedDeployment {
 impl<'de> Deserialize<'de> for CachedDeployment {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = Wire::<SlimDeploymentSpec, SlimDeploymentStatus>::deserialize(deserializer)?;
-        let (metadata, labels, annotations) = wire.metadata.split();
+        let (metadata, labels, annotations) = wire.metadata.split_child();
         Ok(Self {
             metadata,
             labels,
@@ -341,7 +341,7 @@ pub struct CachedService {
 impl<'de> Deserialize<'de> for CachedService {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = Wire::<SlimServiceSpec, serde::de::IgnoredAny>::deserialize(deserializer)?;
-        let (metadata, labels, annotations) = wire.metadata.split();
+        let (metadata, labels, annotations) = wire.metadata.split_child();
         Ok(Self {
             metadata,
             labels,
@@ -362,46 +362,127 @@ impl Serialize for CachedService {
     }
 }
 
-/// Drops from a cached MyApp what the operator never reads: its labels and annotations
-/// (`kubectl apply` keeps a whole copy of the object in one) and `managedFields`.
-pub fn slim_myapp(app: &mut MyApp) {
-    let meta = &mut app.metadata;
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.labels = None;
+/// A MyApp as its watch parses it: without what nothing reads, `managedFields` and its labels
+/// and annotations (`kubectl apply` keeps a whole copy of the object in one). They are skipped
+/// while parsing, not built and then dropped; [`watched_myapp`] hands the MyApp on.
+#[derive(Resource, Clone, Debug)]
+#[resource(inherit = MyApp)]
+pub struct WatchedMyApp {
+    metadata: ObjectMeta,
+    spec: MyAppSpec,
+    status: Option<MyAppStatus>,
+}
+
+impl<'de> Deserialize<'de> for WatchedMyApp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            metadata: WireMeta<serde::de::IgnoredAny>,
+            spec: MyAppSpec,
+            #[serde(default)]
+            status: Option<MyAppStatus>,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let (metadata, _labels, _annotations) = wire.metadata.split();
+        Ok(Self {
+            metadata,
+            spec: wire.spec,
+            status: wire.status,
+        })
+    }
+}
+
+impl From<WatchedMyApp> for MyApp {
+    fn from(watched: WatchedMyApp) -> Self {
+        Self {
+            metadata: watched.metadata,
+            spec: watched.spec,
+            status: watched.status,
+        }
+    }
+}
+
+/// A MyApp watch's event, carrying MyApps.
+pub fn watched_myapp(event: watcher::Event<WatchedMyApp>) -> watcher::Event<MyApp> {
+    use watcher::Event;
+    match event {
+        Event::Apply(app) => Event::Apply(app.into()),
+        Event::Delete(app) => Event::Delete(app.into()),
+        Event::Init => Event::Init,
+        Event::InitApply(app) => Event::InitApply(app.into()),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// A cached child as the API sends it.
 #[derive(Deserialize)]
 struct Wire<S, T> {
-    metadata: WireMeta,
+    metadata: WireMeta<Labels>,
     #[serde(default)]
     spec: Option<S>,
     #[serde(default)]
     status: Option<T>,
 }
 
+/// `metadata` as the API sends it, but for `managedFields`: a third of a child's JSON, which
+/// no cache keeps, so it is skipped while parsing instead of being built into nested maps and
+/// dropped. Every other field of `ObjectMeta` is named here (none is flattened, which would
+/// buffer the whole object first): `split` builds an `ObjectMeta` field by field, so it stops
+/// compiling when k8s-openapi adds one.
 #[derive(Deserialize)]
-struct WireMeta {
-    #[serde(default)]
-    labels: Option<Labels>,
-    #[serde(default)]
-    annotations: Option<Labels>,
-    /// The other fields (serde hands it every key not named above).
-    #[serde(flatten)]
-    rest: ObjectMeta,
+#[serde(rename_all = "camelCase")]
+struct WireMeta<L> {
+    labels: Option<L>,
+    annotations: Option<L>,
+    name: Option<String>,
+    generate_name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    finalizers: Option<Vec<String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    self_link: Option<String>,
 }
 
-impl WireMeta {
-    fn split(mut self) -> (ObjectMeta, Labels, Labels) {
-        self.rest.managed_fields = None;
+impl<L> WireMeta<L> {
+    /// The fields but labels and annotations, with them apart.
+    fn split(self) -> (ObjectMeta, Option<L>, Option<L>) {
+        let meta = ObjectMeta {
+            name: self.name,
+            generate_name: self.generate_name,
+            namespace: self.namespace,
+            uid: self.uid,
+            resource_version: self.resource_version,
+            generation: self.generation,
+            creation_timestamp: self.creation_timestamp,
+            deletion_timestamp: self.deletion_timestamp,
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            finalizers: self.finalizers,
+            owner_references: self.owner_references,
+            self_link: self.self_link,
+            annotations: None,
+            labels: None,
+            managed_fields: None,
+        };
+        (meta, self.labels, self.annotations)
+    }
+}
+
+impl WireMeta<Labels> {
+    /// A child's metadata as cached: without its uid, and with only the operator's annotations.
+    fn split_child(self) -> (ObjectMeta, Labels, Labels) {
+        let (mut meta, labels, annotations) = self.split();
         // Never read, and kube's store would copy it into the object's key.
-        self.rest.uid = None;
-        let mut annotations = self.annotations.unwrap_or_default();
+        meta.uid = None;
+        let mut annotations = annotations.unwrap_or_default();
         annotations
             .0
             .retain(|(k, _)| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
-        (self.rest, self.labels.unwrap_or_default(), annotations)
+        (meta, labels.unwrap_or_default(), annotations)
     }
 }
 
@@ -592,6 +673,68 @@ mod tests {
             r#"{"a":"1","b":"3"}"#
         );
         assert!(serde_json::from_str::<Labels>(r#"{"a": 1}"#).is_err());
+    }
+
+    /// Metadata with every field `ObjectMeta` has, each set.
+    fn every_metadata_field() -> serde_json::Value {
+        serde_json::json!({
+            "name": "web", "generateName": "w-", "namespace": "shop", "uid": "u1",
+            "resourceVersion": "7", "generation": 3, "selfLink": "/apis/x",
+            "creationTimestamp": "2026-12-03T10:00:00Z",
+            "deletionTimestamp": "2026-12-03T11:00:00Z", "deletionGracePeriodSeconds": 30,
+            "finalizers": ["example.com/f"],
+            "labels": {"team": "a"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:image": {}}}}],
+            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MyApp", "name": "web",
+                "uid": "u0", "controller": true, "blockOwnerDeletion": true}],
+        })
+    }
+
+    #[test]
+    fn a_watched_myapp_is_the_myapp_without_managed_fields_labels_and_annotations() {
+        let json = serde_json::json!({
+            "apiVersion": "example.com/v1", "kind": "MyApp",
+            "metadata": every_metadata_field(),
+            "spec": {"replicas": 2, "image": "nginx:1.27", "port": 8080,
+                "env": [{"name": "A", "value": "1"}]},
+            "status": {"observedGeneration": 3, "availableReplicas": 2, "phase": "Running"},
+        });
+        let mut expected: MyApp = serde_json::from_value(json.clone()).unwrap();
+        let meta = &mut expected.metadata;
+        assert!(meta.managed_fields.is_some() && meta.labels.is_some());
+        (meta.managed_fields, meta.labels, meta.annotations) = (None, None, None);
+        let watched: WatchedMyApp = serde_json::from_value(json).unwrap();
+        assert_eq!(MyApp::from(watched), expected);
+    }
+
+    #[test]
+    fn a_cached_child_keeps_every_metadata_field_but_managed_fields_and_uid() {
+        let meta = every_metadata_field();
+        let json = serde_json::json!({"metadata": meta, "spec": {}});
+        let mut expected: ObjectMeta = serde_json::from_value(meta).unwrap();
+        (
+            expected.managed_fields,
+            expected.labels,
+            expected.annotations,
+        ) = (None, None, None);
+        expected.uid = None;
+        let cached: CachedService = serde_json::from_value(json).unwrap();
+        assert_eq!(cached.metadata, expected);
+        assert_eq!(cached.labels.get("team"), Some("a"));
+        assert_eq!(cached.annotations, Labels::default(), "not the operator's");
+    }
+
+    #[test]
+    fn metadata_that_is_not_an_object_is_an_error() {
+        let json = serde_json::json!({"metadata": "web", "spec": {}});
+        assert!(serde_json::from_value::<CachedService>(json).is_err());
+        let json =
+            serde_json::json!({"metadata": "web", "spec": {"image": "nginx:1.27", "port": 80}});
+        assert!(serde_json::from_value::<WatchedMyApp>(json).is_err());
+        let json = serde_json::json!({"metadata": {}, "spec": {"image": "nginx:1.27", "port": 80}});
+        assert!(serde_json::from_value::<WatchedMyApp>(json).is_ok());
     }
 
     #[test]

@@ -30,7 +30,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     Error,
-    cache::{self, CachedDeployment, CachedService},
+    cache::{self, CachedDeployment, CachedService, WatchedMyApp},
     crd::{MyApp, MyAppStatus},
     metrics::{Metrics, ReconcileResult, queue::Queue},
     packed::{self, Packed},
@@ -170,13 +170,13 @@ pub async fn run(
     let reported = Arc::new(RecentWrites::new(RECENT_WRITES_TTL));
     let (apps, apps_writer) = reflector::store::<MyApp>();
     let crd = crd_missing::CrdPresence::new(metrics.clone());
-    let app_events = watcher(Api::<MyApp>::all(client.clone()), watch_config)
+    let app_events = watcher(Api::<WatchedMyApp>::all(client.clone()), watch_config)
+        .map_ok(cache::watched_myapp)
         .inspect({
             let crd = crd.clone();
             move |item| crd.observe(item)
         })
         .backoff(crd_missing::QuietBackoff::new(crd))
-        .modify(cache::slim_myapp)
         .reflect(apps_writer)
         .inspect_ok(on_list_done(&listed, &apps_listed))
         .inspect_ok(forget_seen_status(&reported))
