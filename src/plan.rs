@@ -13,7 +13,7 @@ use kube::Resource;
 use crate::{
     cache::{CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
-    resources,
+    resources::{self, Desired},
     status::{self, Rollout},
 };
 
@@ -131,7 +131,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         return plan;
     }
 
-    let desired = resources::deployment(app);
+    let desired = resources::desired_deployment(app);
     let deployment = child_state(
         &desired,
         observed.deployment,
@@ -139,16 +139,16 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     );
     if deployment == ChildState::Stale {
         plan.hand_over_replicas = replicas_to_hand_over(app, observed.deployment);
-        plan.deployment = Some(desired);
+        plan.deployment = Some(desired.object);
     }
-    let desired = resources::service(app);
+    let desired = resources::desired_service(app);
     if child_state(
         &desired,
         observed.service,
         observed.unseen_service.as_deref(),
     ) == ChildState::Stale
     {
-        plan.service = Some(desired);
+        plan.service = Some(desired.object);
     }
 
     if deployment != ChildState::Current {
@@ -198,14 +198,14 @@ pub fn digest<K: Resource>(desired: &K) -> String {
         .unwrap_or_default()
 }
 
-fn child_state<D: Resource + serde::Serialize, O: serde::Serialize>(
-    desired: &D,
+fn child_state<D: Resource, O: serde::Serialize>(
+    desired: &Desired<D>,
     observed: Option<&O>,
     unseen: Option<&str>,
 ) -> ChildState {
-    if observed.is_some_and(|o| resources::is_applied(desired, o)) {
+    if observed.is_some_and(|o| desired.is_applied_to(o)) {
         ChildState::Current
-    } else if unseen.is_some_and(|written| written == digest(desired)) {
+    } else if unseen.is_some_and(|written| written == digest(&desired.object)) {
         ChildState::Unseen
     } else {
         ChildState::Stale

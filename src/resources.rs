@@ -71,9 +71,32 @@ fn child_meta(app: &MyApp) -> ObjectMeta {
     }
 }
 
+/// A child as a MyApp asks for it, with its JSON form: the digest is taken of that, and
+/// [`Desired::is_applied_to`] compares it, so a reconcile converts each desired child once.
+#[derive(Clone, Debug)]
+pub struct Desired<K> {
+    pub object: K,
+    /// `object` as JSON, digest annotation included, without `apiVersion` and `kind`.
+    json: Value,
+}
+
+impl<K> Desired<K> {
+    /// Whether `observed` already holds everything this would apply (see [`is_applied`]).
+    pub fn is_applied_to<O: serde::Serialize>(&self, observed: &O) -> bool {
+        // Never anything else: the children's types always serialize, to an object.
+        self.json.is_object()
+            && serde_json::to_value(observed).is_ok_and(|o| contains(&o, &self.json))
+    }
+}
+
 /// The Deployment a MyApp asks for. `replicas` is set only when the spec sets it, so that an
 /// autoscaler or `kubectl scale` owns the count otherwise.
 pub fn deployment(app: &MyApp) -> Deployment {
+    desired_deployment(app).object
+}
+
+/// [`deployment`] with its JSON form.
+pub fn desired_deployment(app: &MyApp) -> Desired<Deployment> {
     let spec = &app.spec;
     let env: Vec<EnvVar> = spec
         .env
@@ -129,6 +152,11 @@ pub fn deployment(app: &MyApp) -> Deployment {
 
 /// The ClusterIP Service a MyApp asks for: the app's port, to the container's named port.
 pub fn service(app: &MyApp) -> Service {
+    desired_service(app).object
+}
+
+/// [`service`] with its JSON form.
+pub fn desired_service(app: &MyApp) -> Desired<Service> {
     with_digest(Service {
         metadata: child_meta(app),
         spec: Some(ServiceSpec {
@@ -147,15 +175,29 @@ pub fn service(app: &MyApp) -> Service {
     })
 }
 
-/// Stamps the digest of the object's own content into its annotations.
-fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> K {
-    let digest = digest(&serde_json::to_value(&object).unwrap_or(Value::Null));
+/// Stamps the digest of the object's own content into its annotations, and into its JSON form.
+fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> Desired<K> {
+    let mut json = serde_json::to_value(&object).unwrap_or(Value::Null);
+    let digest = digest(&json);
+    if let Some(fields) = json.as_object_mut() {
+        // The kind is the cache's type; cached objects do not repeat it.
+        fields.remove("apiVersion");
+        fields.remove("kind");
+        if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Some(annotations) = annotations.as_object_mut() {
+                annotations.insert(APPLIED_DIGEST_ANNOTATION.into(), digest.clone().into());
+            }
+        }
+    }
     object
         .meta_mut()
         .annotations
         .get_or_insert_with(BTreeMap::new)
         .insert(APPLIED_DIGEST_ANNOTATION.into(), digest);
-    object
+    Desired { object, json }
 }
 
 /// FNV-1a over the canonical JSON text (serde_json maps are sorted): stable across builds and
@@ -359,6 +401,32 @@ mod tests {
     }
 
     // === comparison ===
+
+    #[test]
+    fn the_desired_json_is_the_object_as_json_without_its_kind() {
+        let unscaled = {
+            let mut app = app();
+            app.spec.replicas = None;
+            app
+        };
+        let without_kind = |object: Value| {
+            let mut object = object;
+            let fields = object.as_object_mut().unwrap();
+            assert!(fields.remove("apiVersion").is_some() && fields.remove("kind").is_some());
+            object
+        };
+        for app in [app(), with_env(app(), &[("A", "1"), ("B", "")]), unscaled] {
+            let desired = desired_deployment(&app);
+            let json = serde_json::to_value(&desired.object).unwrap();
+            assert_eq!(desired.json, without_kind(json), "{:?}", app.spec);
+            assert!(desired.is_applied_to(&as_observed(&desired.object)));
+            let desired = desired_service(&app);
+            let json = serde_json::to_value(&desired.object).unwrap();
+            assert_eq!(desired.json, without_kind(json), "{:?}", app.spec);
+        }
+        let other = desired_deployment(&with_env(app(), &[("A", "2")]));
+        assert!(!other.is_applied_to(&as_observed(&deployment(&app()))));
+    }
 
     #[test]
     fn an_observed_child_with_server_defaults_counts_as_applied() {
