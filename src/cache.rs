@@ -1,5 +1,5 @@
 //! What the watch caches keep. Children are partial typed objects holding only the fields
-//! [`crate::resources`] applies (so [`crate::resources::is_applied`] can compare) and the status
+//! [`crate::resources`] applies (so [`crate::resources::Desired::is_applied_to`] can compare) and the status
 //! fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads ([`WatchedMyApp`]).
 //!
 //! The watch caches hold one of each child per MyApp, so their size is the operator's memory.
@@ -362,8 +362,8 @@ impl Serialize for CachedService {
     }
 }
 
-/// A MyApp as its watch parses it: without what nothing reads, `managedFields` and its labels
-/// and annotations (`kubectl apply` keeps a whole copy of the object in one). They are skipped
+/// A MyApp as its watch parses it, without what nothing reads: `managedFields`, labels and
+/// annotations (`kubectl apply` keeps a whole copy of the object in one). They are skipped
 /// while parsing, not built and then dropped; [`watched_myapp`] hands the MyApp on.
 #[derive(Resource, Clone, Debug)]
 #[resource(inherit = MyApp)]
@@ -427,7 +427,7 @@ struct Wire<S, T> {
 /// `metadata` as the API sends it, but for `managedFields`: a third of a child's JSON, which
 /// no cache keeps, so it is skipped while parsing instead of being built into nested maps and
 /// dropped. Every other field of `ObjectMeta` is named here (none is flattened, which would
-/// buffer the whole object first): `split` builds an `ObjectMeta` field by field, so it stops
+/// buffer every metadata key first): `split` builds an `ObjectMeta` field by field, so it stops
 /// compiling when k8s-openapi adds one.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -449,7 +449,7 @@ struct WireMeta<L> {
 }
 
 impl<L> WireMeta<L> {
-    /// The fields but labels and annotations, with them apart.
+    /// `ObjectMeta` without labels, annotations and managedFields; labels and annotations apart.
     fn split(self) -> (ObjectMeta, Option<L>, Option<L>) {
         let meta = ObjectMeta {
             name: self.name,
@@ -714,6 +714,15 @@ mod tests {
         let meta = every_metadata_field();
         let json = serde_json::json!({"metadata": meta, "spec": {}});
         let mut expected: ObjectMeta = serde_json::from_value(meta).unwrap();
+        let set = serde_json::to_value(&expected)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .len();
+        assert_eq!(
+            set, 15,
+            "the fixture sets every field of ObjectMeta, each spelled right"
+        );
         (
             expected.managed_fields,
             expected.labels,
@@ -735,6 +744,11 @@ mod tests {
         assert!(serde_json::from_value::<WatchedMyApp>(json).is_err());
         let json = serde_json::json!({"metadata": {}, "spec": {"image": "nginx:1.27", "port": 80}});
         assert!(serde_json::from_value::<WatchedMyApp>(json).is_ok());
+        let json = serde_json::json!({"metadata": {}});
+        assert!(
+            serde_json::from_value::<WatchedMyApp>(json).is_err(),
+            "no spec"
+        );
     }
 
     #[test]

@@ -139,7 +139,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     );
     if deployment == ChildState::Stale {
         plan.hand_over_replicas = replicas_to_hand_over(app, observed.deployment);
-        plan.deployment = Some(desired.object);
+        plan.deployment = Some(desired.into_object());
     }
     let desired = resources::desired_service(app);
     if child_state(
@@ -148,7 +148,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         observed.unseen_service.as_deref(),
     ) == ChildState::Stale
     {
-        plan.service = Some(desired.object);
+        plan.service = Some(desired.into_object());
     }
 
     if deployment != ChildState::Current {
@@ -205,7 +205,7 @@ fn child_state<D: Resource, O: serde::Serialize>(
 ) -> ChildState {
     if observed.is_some_and(|o| desired.is_applied_to(o)) {
         ChildState::Current
-    } else if unseen.is_some_and(|written| written == digest(&desired.object)) {
+    } else if unseen.is_some_and(|written| written == digest(desired.object())) {
         ChildState::Unseen
     } else {
         ChildState::Stale

@@ -75,15 +75,26 @@ fn child_meta(app: &MyApp) -> ObjectMeta {
 /// [`Desired::is_applied_to`] compares it, so a reconcile converts each desired child once.
 #[derive(Clone, Debug)]
 pub struct Desired<K> {
-    pub object: K,
+    object: K,
     /// `object` as JSON, digest annotation included, without `apiVersion` and `kind`.
     json: Value,
 }
 
 impl<K> Desired<K> {
+    /// The child.
+    pub fn object(&self) -> &K {
+        &self.object
+    }
+
+    /// The child, to apply.
+    pub fn into_object(self) -> K {
+        self.object
+    }
+
     /// Whether `observed` already holds everything this would apply (see [`is_applied`]).
     pub fn is_applied_to<O: serde::Serialize>(&self, observed: &O) -> bool {
-        // Never anything else: the children's types always serialize, to an object.
+        // `json` is Null only if the child failed to serialize, and `contains` takes Null
+        // as matching anything: that must not count as applied.
         self.json.is_object()
             && serde_json::to_value(observed).is_ok_and(|o| contains(&o, &self.json))
     }
@@ -92,7 +103,7 @@ impl<K> Desired<K> {
 /// The Deployment a MyApp asks for. `replicas` is set only when the spec sets it, so that an
 /// autoscaler or `kubectl scale` owns the count otherwise.
 pub fn deployment(app: &MyApp) -> Deployment {
-    desired_deployment(app).object
+    desired_deployment(app).into_object()
 }
 
 /// [`deployment`] with its JSON form.
@@ -152,7 +163,7 @@ pub fn desired_deployment(app: &MyApp) -> Desired<Deployment> {
 
 /// The ClusterIP Service a MyApp asks for: the app's port, to the container's named port.
 pub fn service(app: &MyApp) -> Service {
-    desired_service(app).object
+    desired_service(app).into_object()
 }
 
 /// [`service`] with its JSON form.
@@ -178,18 +189,15 @@ pub fn desired_service(app: &MyApp) -> Desired<Service> {
 /// Stamps the digest of the object's own content into its annotations, and into its JSON form.
 fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> Desired<K> {
     let mut json = serde_json::to_value(&object).unwrap_or(Value::Null);
+    // Of the whole object as built, kind included: what every build has applied.
     let digest = digest(&json);
-    if let Some(fields) = json.as_object_mut() {
-        // The kind is the cache's type; cached objects do not repeat it.
-        fields.remove("apiVersion");
-        fields.remove("kind");
-        if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
-            let annotations = meta
-                .entry("annotations")
-                .or_insert_with(|| Value::Object(serde_json::Map::new()));
-            if let Some(annotations) = annotations.as_object_mut() {
-                annotations.insert(APPLIED_DIGEST_ANNOTATION.into(), digest.clone().into());
-            }
+    without_kind(&mut json);
+    if let Some(Value::Object(meta)) = json.get_mut("metadata") {
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(APPLIED_DIGEST_ANNOTATION.into(), digest.clone().into());
         }
     }
     object
@@ -239,14 +247,18 @@ pub fn is_applied<D: serde::Serialize, O: serde::Serialize>(desired: &D, observe
         serde_json::to_value(observed),
     ) {
         (Ok(mut d), Ok(o)) => {
-            // The kind is the cache's type; cached objects do not repeat it.
-            if let Some(d) = d.as_object_mut() {
-                d.remove("apiVersion");
-                d.remove("kind");
-            }
+            without_kind(&mut d);
             contains(&o, &d)
         }
         _ => false,
+    }
+}
+
+/// The kind is the cache's type; cached objects do not repeat it.
+fn without_kind(desired: &mut Value) {
+    if let Some(fields) = desired.as_object_mut() {
+        fields.remove("apiVersion");
+        fields.remove("kind");
     }
 }
 
@@ -409,23 +421,41 @@ mod tests {
             app.spec.replicas = None;
             app
         };
-        let without_kind = |object: Value| {
-            let mut object = object;
+        let compared = |mut object: Value| {
             let fields = object.as_object_mut().unwrap();
             assert!(fields.remove("apiVersion").is_some() && fields.remove("kind").is_some());
             object
         };
         for app in [app(), with_env(app(), &[("A", "1"), ("B", "")]), unscaled] {
             let desired = desired_deployment(&app);
-            let json = serde_json::to_value(&desired.object).unwrap();
-            assert_eq!(desired.json, without_kind(json), "{:?}", app.spec);
-            assert!(desired.is_applied_to(&as_observed(&desired.object)));
+            let json = serde_json::to_value(desired.object()).unwrap();
+            assert_eq!(desired.json, compared(json), "{:?}", app.spec);
+            assert!(desired.is_applied_to(&as_observed(desired.object())));
             let desired = desired_service(&app);
-            let json = serde_json::to_value(&desired.object).unwrap();
-            assert_eq!(desired.json, without_kind(json), "{:?}", app.spec);
+            let json = serde_json::to_value(desired.object()).unwrap();
+            assert_eq!(desired.json, compared(json), "{:?}", app.spec);
         }
         let other = desired_deployment(&with_env(app(), &[("A", "2")]));
         assert!(!other.is_applied_to(&as_observed(&deployment(&app()))));
+    }
+
+    #[test]
+    fn a_childs_digest_is_the_one_earlier_builds_applied() {
+        // Children in clusters carry the digests earlier builds stamped: a change here makes
+        // an upgrade rewrite every child once. These are what 68aca6e's build printed.
+        let app: MyApp = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "MyApp",
+            "metadata": {"name": "web", "namespace": "shop",
+                "uid": "6f1c1d9e-3b7a-4c1e-9d2a-5f0e8b7c6a41"},
+            "spec": {"replicas": 3, "image": "nginx:1.27", "port": 8080,
+                "env": [{"name": "A", "value": "1"}]},
+        }))
+        .unwrap();
+        let stamped = |meta: &ObjectMeta| {
+            meta.annotations.as_ref().unwrap()[APPLIED_DIGEST_ANNOTATION].clone()
+        };
+        assert_eq!(stamped(&deployment(&app).metadata), "80f5556e6a9d0c4b");
+        assert_eq!(stamped(&service(&app).metadata), "d6653cf8623dea19");
     }
 
     #[test]
