@@ -1,6 +1,7 @@
 //! What the watch caches keep. Children are partial typed objects holding only the fields
-//! [`crate::resources`] applies (so [`crate::resources::Desired::is_applied_to`] can compare) and the status
-//! fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads ([`WatchedMyApp`]).
+//! [`crate::resources`] applies (so [`crate::resources::Desired::is_applied_to`] can compare)
+//! and the status fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads
+//! ([`WatchedMyApp`]).
 //!
 //! The watch caches hold one of each child per MyApp, so their size is the operator's memory.
 //! A k8s-openapi `Deployment` is 2.4 KB inline and each `Container` another 2.1 KB before any

@@ -273,7 +273,9 @@ impl<K: DeserializeOwned> Packed<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{CachedDeployment, CachedService};
     use proptest::prelude::*;
+    use serde_json::{Value, json};
 
     #[test]
     fn every_token_has_a_byte_below_0x20() {
@@ -327,8 +329,6 @@ mod tests {
         }
         out
     }
-    use crate::cache::{CachedDeployment, CachedService};
-    use serde_json::{Value, json};
 
     fn deployment(name: &str, version: &str) -> CachedDeployment {
         serde_json::from_value(json!({

@@ -91,7 +91,12 @@ impl<K> Desired<K> {
         self.object
     }
 
-    /// Whether `observed` already holds everything this would apply (see [`is_applied`]).
+    /// Whether `observed` already holds everything this would apply, so applying is a no-op.
+    ///
+    /// The observed object carries the API server's defaults and other managers' fields, so
+    /// this compares only what the child sets: every field of it must be present and equal in
+    /// `observed`; lists match when each desired item is contained in some observed item.
+    /// Fields we stopped applying are caught by the digest annotation, which is part of it.
     pub fn is_applied_to<O: serde::Serialize>(&self, observed: &O) -> bool {
         // `json` is Null only if the child failed to serialize, and `contains` takes Null
         // as matching anything: that must not count as applied.
@@ -232,25 +237,6 @@ impl std::io::Write for Fnv1a {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
-    }
-}
-
-/// Whether `observed` already holds everything `desired` would apply, so applying is a no-op.
-///
-/// The observed object carries the API server's defaults and other managers' fields, so this
-/// compares only what `desired` sets: every field of `desired` must be present and equal in
-/// `observed`; lists match when each desired item is contained in some observed item. Fields we
-/// stopped applying are caught by the digest annotation, which is part of `desired`.
-pub fn is_applied<D: serde::Serialize, O: serde::Serialize>(desired: &D, observed: &O) -> bool {
-    match (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) {
-        (Ok(mut d), Ok(o)) => {
-            without_kind(&mut d);
-            contains(&o, &d)
-        }
-        _ => false,
     }
 }
 
@@ -460,16 +446,16 @@ mod tests {
 
     #[test]
     fn an_observed_child_with_server_defaults_counts_as_applied() {
-        let desired = deployment(&with_env(app(), &[("A", "1")]));
-        assert!(is_applied(&desired, &as_observed(&desired)));
+        let desired = desired_deployment(&with_env(app(), &[("A", "1")]));
+        assert!(desired.is_applied_to(&as_observed(desired.object())));
     }
 
     #[test]
     fn cached_children_still_count_as_applied_and_keep_what_status_reads() {
         let mut app = with_env(app(), &[("A", "1")]);
         app.spec.replicas = Some(3);
-        let desired = deployment(&app);
-        let mut observed = serde_json::to_value(as_observed(&desired)).unwrap();
+        let desired = desired_deployment(&app);
+        let mut observed = serde_json::to_value(as_observed(desired.object())).unwrap();
         observed["status"] = json!({
             "observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3,
             "availableReplicas": 2,
@@ -480,7 +466,7 @@ mod tests {
         });
         let slim: CachedDeployment = cached(&observed);
         assert!(
-            is_applied(&desired, &slim),
+            desired.is_applied_to(&slim),
             "the cache dropped an applied field"
         );
         let rollout = Rollout::from_deployment(&slim);
@@ -510,66 +496,55 @@ mod tests {
         }
         // Another manager's change to an applied field is still seen.
         observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
-        assert!(!is_applied(
-            &desired,
-            &cached::<_, CachedDeployment>(&observed)
-        ));
+        assert!(!desired.is_applied_to(&cached::<_, CachedDeployment>(&observed)));
 
-        let desired = service(&app);
-        let mut observed = serde_json::to_value(&desired).unwrap();
+        let desired = desired_service(&app);
+        let mut observed = serde_json::to_value(desired.object()).unwrap();
         observed["spec"]["clusterIP"] = json!("10.96.0.12");
         observed["spec"]["clusterIPs"] = json!(["10.96.0.12"]);
         observed["spec"]["sessionAffinity"] = json!("None");
         observed["status"] = json!({"loadBalancer": {}});
         let slim: CachedService = cached(&observed);
         assert!(
-            is_applied(&desired, &slim),
+            desired.is_applied_to(&slim),
             "the cache dropped an applied field"
         );
         assert!(!serde_json::to_string(&slim).unwrap().contains("clusterIP"));
         observed["spec"]["ports"][0]["port"] = json!(9999);
-        assert!(!is_applied(
-            &desired,
-            &cached::<_, CachedService>(&observed)
-        ));
+        assert!(!desired.is_applied_to(&cached::<_, CachedService>(&observed)));
     }
 
     #[test]
     fn another_managers_extra_env_entry_does_not_cause_a_write() {
-        let desired = deployment(&with_env(app(), &[("A", "1")]));
-        let mut observed = serde_json::to_value(as_observed(&desired)).unwrap();
+        let desired = desired_deployment(&with_env(app(), &[("A", "1")]));
+        let mut observed = serde_json::to_value(as_observed(desired.object())).unwrap();
         observed["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array_mut()
             .unwrap()
             .push(json!({"name": "INJECTED", "value": "by a sidecar injector"}));
-        assert!(is_applied(
-            &desired,
-            &serde_json::from_value::<CachedDeployment>(observed).unwrap()
-        ));
+        assert!(
+            desired.is_applied_to(&serde_json::from_value::<CachedDeployment>(observed).unwrap())
+        );
     }
 
     #[test]
     fn a_changed_or_drifted_field_needs_an_apply() {
-        let desired = deployment(&app());
-        let mut observed = serde_json::to_value(as_observed(&desired)).unwrap();
+        let desired = desired_deployment(&app());
+        let mut observed = serde_json::to_value(as_observed(desired.object())).unwrap();
         observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
-        assert!(!is_applied(
-            &desired,
-            &serde_json::from_value::<CachedDeployment>(observed).unwrap()
-        ));
+        assert!(
+            !desired.is_applied_to(&serde_json::from_value::<CachedDeployment>(observed).unwrap())
+        );
     }
 
     #[test]
     fn a_field_removed_from_the_spec_needs_an_apply() {
         let before = deployment(&with_env(app(), &[("A", "1"), ("B", "2")]));
-        let after = deployment(&with_env(app(), &[("A", "1")]));
+        let after = desired_deployment(&with_env(app(), &[("A", "1")]));
         // Without the digest, `after` would be contained in what `before` left behind.
-        assert!(!is_applied(&after, &as_observed(&before)));
+        assert!(!after.is_applied_to(&as_observed(&before)));
         let mut unscaled = app();
         unscaled.spec.replicas = None;
-        assert!(!is_applied(
-            &deployment(&unscaled),
-            &as_observed(&deployment(&app()))
-        ));
+        assert!(!desired_deployment(&unscaled).is_applied_to(&as_observed(&deployment(&app()))));
     }
 }
