@@ -295,11 +295,11 @@ mod tests {
     async fn metrics_are_served_as_openmetrics_text() {
         let mut registry = Registry::default();
         let m = crate::metrics::Metrics::register(&mut registry);
-        m.leader.set(1);
+        m.caches_synced.set(1);
         let router = router(Arc::new(Health::default()), Arc::new(registry));
         let (status, body) = get(&router, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
-        assert!(body.contains("myapp_leader 1"), "{body}");
+        assert!(body.contains("myapp_caches_synced 1"), "{body}");
         assert!(body.ends_with("# EOF\n"), "{body}");
     }
 }

@@ -215,6 +215,30 @@ pub struct LeaderArgs {
     /// Defaults to the host name and process id.
     #[arg(long, env = "MYAPP_IDENTITY")]
     pub identity: Option<String>,
+    /// How long the Lease stays valid after its last renewal: another replica takes over this
+    /// long after it last saw the Lease change. Whole seconds (the Lease records seconds).
+    #[arg(long, env = "MYAPP_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// The leader stops writing this long after it began its last successful renewal, however
+    /// long it was paused. Shorter than --lease-duration.
+    #[arg(long, env = "MYAPP_LEASE_RENEW_DEADLINE", default_value = "12s", value_parser = parse_duration)]
+    pub lease_renew_deadline: Duration,
+    /// How often the leader renews the Lease and the others try to take it. Shorter than
+    /// --lease-renew-deadline.
+    #[arg(long, env = "MYAPP_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub lease_retry_period: Duration,
+}
+
+impl LeaderArgs {
+    /// The election's settings for `identity`, the timings checked (see
+    /// [`crate::leader::Config::with_timing`]).
+    pub fn lease(&self, identity: String) -> Result<crate::leader::Config, crate::Error> {
+        crate::leader::Config::new(&self.lease_name, &self.lease_namespace, identity).with_timing(
+            self.lease_duration,
+            self.lease_renew_deadline,
+            self.lease_retry_period,
+        )
+    }
 }
 
 /// Controller flags.

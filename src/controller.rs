@@ -3,6 +3,7 @@
 
 mod crd_missing;
 mod fight;
+mod write;
 
 use std::{
     collections::HashMap,
@@ -14,7 +15,7 @@ use futures::{Future, StreamExt, TryStreamExt, channel::mpsc::UnboundedSender, f
 use k8s_openapi::{api::core::v1::ObjectReference, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::PatchParams,
     runtime::{
         Controller, WatchStreamExt,
         controller::{self, Action},
@@ -32,6 +33,7 @@ use crate::{
     Error,
     cache::{self, CachedDeployment, CachedService, WatchedMyApp},
     crd::{MyApp, MyAppStatus},
+    fence::{Fenced, Gate},
     metrics::{Metrics, ReconcileResult, queue::Queue},
     packed::{self, Packed},
     permission::Permission,
@@ -39,6 +41,7 @@ use crate::{
     recent::{RecentWrites, Waiting},
     resources::FIELD_MANAGER,
 };
+use write::{Landed, Precondition, Writer};
 
 /// Every permission the controller's calls need: the watches (list, watch), the server-side
 /// applies of children (patch, and create when the apply creates), the status apply, Events.
@@ -98,6 +101,10 @@ impl Default for Config {
 /// What every reconcile shares.
 pub struct Context {
     client: Client,
+    /// Makes every write, through the write gate.
+    writer: Writer,
+    /// The MyApp cache, to tell whether a MyApp still exists after creating its child.
+    apps: reflector::Store<MyApp>,
     deployments: Packed<CachedDeployment>,
     services: Packed<CachedService>,
     /// Whether each child cache holds a complete list yet.
@@ -148,6 +155,7 @@ pub async fn run(
     client: Client,
     config: Config,
     metrics: Arc<Metrics>,
+    gate: Arc<Gate>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ready: impl FnOnce() + Send + 'static,
 ) {
@@ -178,6 +186,7 @@ pub async fn run(
         })
         .backoff(crd_missing::QuietBackoff::new(crd))
         .reflect(apps_writer)
+        .inspect_ok(count_orphans(&applied, &metrics))
         .inspect_ok(on_list_done(&listed, &apps_listed))
         .inspect_ok(forget_seen_status(&reported))
         .try_filter(|event| future::ready(needs_reconcile(event)))
@@ -220,7 +229,9 @@ pub async fn run(
     };
     let ctx = Arc::new(Context {
         reporter,
+        writer: Writer::new(client.clone(), gate, metrics.clone()),
         client,
+        apps: apps.clone(),
         deployments,
         services,
         deployments_listed: deployments_listed.clone(),
@@ -346,6 +357,28 @@ fn forget_seen_status(
     move |event| {
         if let watcher::Event::Apply(app) = event {
             reported.echoes(&ObjectRef::from_obj(app), app.resource_version().as_deref());
+        }
+    }
+}
+
+/// Counts the children we created for a MyApp after it was deleted, as its delete event
+/// shows: created at a later resourceVersion than the deletion's. No precondition can stop
+/// such a create (the child does not exist, and the API server does not check owners at
+/// create); the garbage collector removes the child.
+fn count_orphans(
+    applied: &Arc<Applied>,
+    metrics: &Arc<Metrics>,
+) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+    let (applied, metrics) = (applied.clone(), metrics.clone());
+    move |event| {
+        if let watcher::Event::Delete(app) = event {
+            let deleted_at = app.resource_version();
+            for child in [Child::Deployment, Child::Service] {
+                let key = (ObjectRef::from_obj(app), child);
+                if applied.take_created_after(&key, deleted_at.as_deref()) {
+                    metrics.orphans.inc();
+                }
+            }
         }
     }
 }
@@ -484,6 +517,11 @@ struct Outcome {
 
 /// Retries a failed object with exponential backoff and jitter, capped; other objects go on.
 pub fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
+    if fenced(error) {
+        // Not a failure of the MyApp: the controller is stopping, the next leader takes over.
+        debug!(name = %app.name_any(), %error, "Write fenced");
+        return Action::await_change();
+    }
     let attempt = {
         let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
         let n = failures
@@ -602,24 +640,35 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let service = ctx.services.get(&namespace, &name);
     let (deployment, service) = (deployment.as_ref(), service.as_ref());
     // Asked first, always: a lookup that finds the cache caught up ends the entry.
+    let unseen_deployment = ctx
+        .applied
+        .unseen_at(&(key.clone(), Child::Deployment), version(deployment));
+    let unseen_service = ctx
+        .applied
+        .unseen_at(&(key.clone(), Child::Service), version(service));
+    let unseen_status = ctx
+        .reported
+        .unseen_at(&key, app.meta().resource_version.as_deref());
+    // What each write must find on the server: the version it was planned from.
+    let deployment_at = Precondition::of(version(deployment), unseen_deployment.as_ref());
+    let service_at = Precondition::of(version(service), unseen_service.as_ref());
+    let status_at = Precondition::of(app.resource_version().as_deref(), unseen_status.as_ref());
     let observed = Observed {
         deployment,
         service,
-        unseen_deployment: ctx
-            .applied
-            .unseen(&(key.clone(), Child::Deployment), version(deployment)),
-        unseen_service: ctx
-            .applied
-            .unseen(&(key.clone(), Child::Service), version(service)),
-        unseen_status: ctx
-            .reported
-            .unseen(&key, app.meta().resource_version.as_deref()),
+        unseen_deployment: unseen_deployment.map(|(digest, _)| digest),
+        unseen_service: unseen_service.map(|(digest, _)| digest),
+        unseen_status: unseen_status.map(|(status, _)| status),
         awaiting_rollout: ctx.awaiting_rollout.elapsed(&key),
     };
-    let plan = plan::plan(app, &observed, Timestamp::now());
+    let mut plan = plan::plan(app, &observed, Timestamp::now());
     if plan.rollout_observed {
         ctx.awaiting_rollout.end(&key);
     }
+    let mut outcome = Outcome {
+        writes: 0,
+        recheck: plan.recheck,
+    };
 
     let generation = app.metadata.generation;
     // A fight holds off rewrites of an existing Deployment (never its creation).
@@ -629,124 +678,136 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     };
     if let Some(wait) = held {
         debug!(%name, %namespace, ?wait, "Holding off the Deployment: fight");
+        outcome.look_again(wait);
     }
+    let planned_deployment = plan.deployment.take().filter(|_| held.is_none());
+    let planned_service = plan.service.take();
     // The two children do not depend on each other: both applies are in flight at once.
     let deployment_applied = async {
-        if let Some(desired) = plan.deployment.as_ref().filter(|_| held.is_none()) {
-            let changed = deployment.map(|observed| {
-                fight::changed_fields(
-                    &serde_json::to_value(desired).unwrap_or_default(),
-                    &serde_json::to_value(observed).unwrap_or_default(),
-                )
-            });
-            // Before the forced apply takes the fields back: who owns them now.
-            let rivals = match &changed {
-                Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
-                    let desired = serde_json::to_value(desired).unwrap_or_default();
-                    let ours = [FIELD_MANAGER, REPLICAS_HANDOFF_MANAGER];
-                    fight::rivals(&ctx.client, &namespace, &name, &desired, &ours).await
-                }
-                _ => Vec::new(),
-            };
-            if let Some(replicas) = plan.hand_over_replicas {
-                let keep = json!({
-                    "apiVersion": "apps/v1", "kind": "Deployment",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "spec": {"replicas": replicas},
-                });
-                let manager = PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force();
-                apply_read_version::<CachedDeployment, _>(
-                    &ctx.client,
-                    &manager,
-                    &namespace,
-                    &name,
-                    None,
-                    &keep,
-                )
-                .await
-                .map_err(Error::HandOffReplicas)?;
-                ctx.metrics.wrote("replicas_handoff");
-            }
-            apply_child::<CachedDeployment, _>(
-                ctx,
-                &key,
-                Child::Deployment,
-                desired,
-                version(deployment),
+        let Some(mut desired) = planned_deployment else {
+            return Ok(Landed::Skipped);
+        };
+        let changed = deployment.map(|observed| {
+            fight::changed_fields(
+                &serde_json::to_value(&desired).unwrap_or_default(),
+                &serde_json::to_value(observed).unwrap_or_default(),
             )
-            .await?;
-            ctx.awaiting_rollout.start(key.clone());
-            if let Some(changed) = changed
-                && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
+        });
+        // Before the forced apply takes the fields back: who owns them now.
+        let rivals = match &changed {
+            Some(_) if ctx.fights.would_fight(&key, generation, Instant::now()) => {
+                let desired = serde_json::to_value(&desired).unwrap_or_default();
+                let ours = [FIELD_MANAGER, REPLICAS_HANDOFF_MANAGER];
+                fight::rivals(&ctx.client, &namespace, &name, &desired, &ours).await
+            }
+            _ => Vec::new(),
+        };
+        let mut at = deployment_at;
+        if let Some(replicas) = plan.hand_over_replicas {
+            let mut keep = json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas},
+            });
+            at.stamp(&mut keep["metadata"]);
+            let manager = PatchParams::apply(REPLICAS_HANDOFF_MANAGER).force();
+            match ctx
+                .writer
+                .apply::<CachedDeployment, _>(&key, "replicas_handoff", &at, &manager, None, &keep)
+                .await
+                .map_err(Error::HandOffReplicas)?
             {
-                ctx.metrics.fights.inc();
-                let fields = changed.join(", ");
-                let managers: Vec<&str> = rivals.iter().map(|r| r.manager.as_str()).collect();
-                warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, ?managers, "Fight over Deployment");
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: "FightDetected".into(),
-                    note: Some(fight::note(&fight, generation, &fields, &rivals)),
-                    action: "Reconcile".into(),
-                    secondary: None,
-                };
-                ctx.publish(&event, &app.object_ref(&())).await;
+                Landed::Written(version) => at.expect = version,
+                landed => return Ok(landed),
             }
         }
-        Ok::<(), Error>(())
+        desired.metadata.resource_version = at.expect.clone();
+        let landed = apply_child::<CachedDeployment, _>(
+            ctx,
+            &key,
+            Child::Deployment,
+            &desired,
+            &at,
+            version(deployment),
+        )
+        .await?;
+        if !matches!(landed, Landed::Written(_)) {
+            return Ok(landed);
+        }
+        ctx.awaiting_rollout.start(key.clone());
+        if let Some(changed) = changed
+            && let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now())
+        {
+            ctx.metrics.fights.inc();
+            let fields = changed.join(", ");
+            let managers: Vec<&str> = rivals.iter().map(|r| r.manager.as_str()).collect();
+            warn!(%name, %namespace, writes = fight.writes, hold_off = ?fight.hold_off, %fields, ?managers, "Fight over Deployment");
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "FightDetected".into(),
+                note: Some(fight::note(&fight, generation, &fields, &rivals)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            ctx.publish(&event, &app.object_ref(&())).await;
+        }
+        Ok::<Landed, Error>(landed)
     };
     let service_applied = async {
-        match &plan.service {
-            Some(desired) => {
-                apply_child::<CachedService, _>(
-                    ctx,
-                    &key,
-                    Child::Service,
-                    desired,
-                    version(service),
-                )
-                .await
-            }
-            None => Ok(()),
-        }
+        let Some(mut desired) = planned_service else {
+            return Ok(Landed::Skipped);
+        };
+        desired.metadata.resource_version = service_at.expect.clone();
+        apply_child::<CachedService, _>(
+            ctx,
+            &key,
+            Child::Service,
+            &desired,
+            &service_at,
+            version(service),
+        )
+        .await
     };
     let (deployment_applied, service_applied) =
         future::join(deployment_applied, service_applied).await;
-    deployment_applied?;
-    service_applied?;
-    if let Some(status) = &plan.status {
-        let patch = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "status": status});
-        let ours = PatchParams::apply(FIELD_MANAGER).force();
-        let written = match apply_read_version::<MyApp, _>(
-            &ctx.client,
-            &ours,
-            &namespace,
-            &name,
-            Some("status"),
-            &patch,
-        )
-        .await
-        {
-            Ok(written) => written,
-            // Its children go with it, by their owner references: nothing is left to report
-            // on, and nothing to retry.
-            Err(error) if deleted_meanwhile(&error, &name) => {
-                debug!(%name, %namespace, "MyApp deleted while reconciling, status not written");
-                return Ok(Outcome {
-                    writes: plan.writes() - 1 - u32::from(held.is_some()),
-                    recheck: None,
-                });
-            }
-            Err(error) => return Err(Error::PatchStatus(error)),
-        };
-        ctx.metrics.wrote("status");
-        ctx.reported.record(
-            key,
-            app.resource_version(),
-            written.as_deref(),
-            status.clone(),
-        );
+    let hand_off = u32::from(plan.hand_over_replicas.is_some());
+    for (landed, writes) in [(deployment_applied?, 1 + hand_off), (service_applied?, 1)] {
+        outcome.count(&landed, writes, ctx.config.backoff_base);
     }
+    let Some(status) = &plan.status else {
+        return Ok(outcome);
+    };
+    let mut patch =
+        json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {}, "status": status});
+    status_at.stamp(&mut patch["metadata"]);
+    let ours = PatchParams::apply(FIELD_MANAGER).force();
+    let landed = match ctx
+        .writer
+        .apply::<MyApp, _>(&key, "status", &status_at, &ours, Some("status"), &patch)
+        .await
+    {
+        Ok(landed) => landed,
+        // Its children go with it, by their owner references: nothing is left to report
+        // on, and nothing to retry.
+        Err(error) if deleted_meanwhile(&error, &name) => {
+            debug!(%name, %namespace, "MyApp deleted while reconciling, status not written");
+            return Ok(Outcome {
+                recheck: None,
+                ..outcome
+            });
+        }
+        Err(error) => return Err(Error::PatchStatus(error)),
+    };
+    outcome.count(&landed, 1, ctx.config.backoff_base);
+    let Landed::Written(written) = landed else {
+        return Ok(outcome);
+    };
+    ctx.reported.record(
+        key,
+        app.resource_version(),
+        written.as_deref(),
+        status.clone(),
+    );
     if let Some(event) = &plan.event {
         let event = Event {
             type_: if event.warning {
@@ -763,13 +824,24 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         // need not wait for this Event's round trip.
         ctx.publish_later(event, app.object_ref(&()));
     }
-    Ok(Outcome {
-        writes: plan.writes() - u32::from(held.is_some()),
-        recheck: match (plan.recheck, held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        },
-    })
+    Ok(outcome)
+}
+
+impl Outcome {
+    /// Counts `landed`, worth `writes` writes when written; a refused write looks again after
+    /// `retry` (its watch event usually triggers the reconcile sooner).
+    fn count(&mut self, landed: &Landed, writes: u32, retry: Duration) {
+        match landed {
+            Landed::Skipped => {}
+            Landed::Written(_) => self.writes += writes,
+            Landed::Refused => self.look_again(retry),
+        }
+    }
+
+    /// Look again within `after`.
+    fn look_again(&mut self, after: Duration) {
+        self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
+    }
 }
 
 /// Applies one child under our field manager (forced: the spec wins) and remembers the write
@@ -779,25 +851,30 @@ async fn apply_child<C, K>(
     app: &ObjectRef<MyApp>,
     child: Child,
     desired: &K,
+    at: &Precondition,
     cached_version: Option<&str>,
-) -> Result<(), Error>
+) -> Result<Landed, Error>
 where
     C: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
     K: Resource + std::fmt::Debug + serde::Serialize,
 {
     let (name, namespace) = (&app.name, app.namespace.as_deref().unwrap_or_default());
+    let (kind, target) = match child {
+        Child::Deployment => ("Deployment", "deployment"),
+        Child::Service => ("Service", "service"),
+    };
     let ours = PatchParams::apply(FIELD_MANAGER).force();
-    let written = apply_read_version::<C, _>(&ctx.client, &ours, namespace, name, None, desired)
+    let landed = ctx
+        .writer
+        .apply::<C, _>(app, target, at, &ours, None, desired)
         .await
         .map_err(|error| match child {
             Child::Deployment => Error::ApplyDeployment(error),
             Child::Service => Error::ApplyService(error),
         })?;
-    let (kind, target) = match child {
-        Child::Deployment => ("Deployment", "deployment"),
-        Child::Service => ("Service", "service"),
+    let Landed::Written(written) = &landed else {
+        return Ok(landed);
     };
-    ctx.metrics.wrote(target);
     info!(%name, %namespace, "Applied {kind}");
     ctx.applied.record(
         (app.clone(), child),
@@ -805,53 +882,10 @@ where
         written.as_deref(),
         plan::digest(desired),
     );
-    Ok(())
-}
-
-/// What the operator reads of a write's answer: the resourceVersion the server gave it. The
-/// answer is the whole object, managedFields and all; read as the cache's type of a child (or
-/// as a whole MyApp, for a status write), every field that type keeps was parsed and allocated
-/// on every write for this one.
-#[derive(serde::Deserialize)]
-struct Written {
-    metadata: WrittenMeta,
-}
-
-#[derive(serde::Deserialize)]
-struct WrittenMeta {
-    #[serde(rename = "resourceVersion")]
-    resource_version: Option<String>,
-}
-
-/// Server-side applies `patch` with `params` to the `K` named `name` in `namespace`, or to its
-/// `subresource`, as `Api::patch` and `Api::patch_subresource` do; returns the resourceVersion
-/// of the result and reads nothing else of it (see [`Written`]).
-async fn apply_read_version<K, P>(
-    client: &Client,
-    params: &PatchParams,
-    namespace: &str,
-    name: &str,
-    subresource: Option<&str>,
-    patch: &P,
-) -> Result<Option<String>, kube::Error>
-where
-    K: Resource<DynamicType = ()>,
-    P: serde::Serialize + std::fmt::Debug,
-{
-    let patch = Patch::Apply(patch);
-    let request = kube::core::Request::new(K::url_path(&(), Some(namespace)));
-    let (request, verb) = match subresource {
-        Some(sub) => (
-            request.patch_subresource(sub, name, params, &patch),
-            "patch_subresource",
-        ),
-        None => (request.patch(name, params, &patch), "patch"),
-    };
-    let mut request = request.map_err(kube::Error::BuildRequest)?;
-    // The span name kube's client gives its own calls.
-    request.extensions_mut().insert(verb);
-    let written: Written = client.request(request).await?;
-    Ok(written.metadata.resource_version)
+    if at.expect.is_none() && !ctx.still_there(app) {
+        ctx.orphaned(app, child);
+    }
+    Ok(landed)
 }
 
 fn version<K: Resource>(cached: Option<&K>) -> Option<&str> {
@@ -859,7 +893,8 @@ fn version<K: Resource>(cached: Option<&K>) -> Option<&str> {
 }
 
 impl Context {
-    /// Publishes an Event about `regarding`; a failure is logged, never fatal.
+    /// Publishes an Event about `regarding`, through the write gate; a failure is logged, never
+    /// fatal.
     ///
     /// A fresh [`Recorder`] each time, on purpose: a shared one keeps every Event it published
     /// for six minutes (to count repeats into a series), in a map whose capacity never shrinks.
@@ -867,23 +902,77 @@ impl Context {
     /// only hold one full Event per MyApp: measured, the largest single item in memory after
     /// 10,000 creates. Building one costs a client clone and an empty map.
     async fn publish(&self, event: &Event, regarding: &ObjectReference) {
-        publish(self.client.clone(), self.reporter.clone(), event, regarding).await;
+        publish(
+            &self.client,
+            self.writer.gate(),
+            self.reporter.clone(),
+            event,
+            regarding,
+        )
+        .await;
     }
 
     /// Publishes an Event in a task of its own; the controller waits for such tasks, at most
-    /// [`PUBLISH_AT_STOP`], when it stops.
+    /// [`PUBLISH_AT_STOP`], when it stops. An Event still queued when the gate closes is
+    /// dropped: it would be written by a replica that may no longer write.
     fn publish_later(&self, event: Event, regarding: ObjectReference) {
-        let (client, reporter) = (self.client.clone(), self.reporter.clone());
-        self.publishing
-            .spawn(async move { publish(client, reporter, &event, &regarding).await });
+        let (client, gate, reporter) = (
+            self.client.clone(),
+            self.writer.gate().clone(),
+            self.reporter.clone(),
+        );
+        self.publishing.spawn(async move {
+            tokio::select! {
+                biased;
+                () = gate.closed() => gate.dropped_event(),
+                () = publish(&client, &gate, reporter, &event, &regarding) => {}
+            }
+        });
+    }
+
+    /// Whether the MyApp cache still holds `app`.
+    fn still_there(&self, app: &ObjectRef<MyApp>) -> bool {
+        self.apps.get(app).is_some()
+    }
+
+    /// Counts `child`, just created, as an orphan: its MyApp was deleted meanwhile (once, also
+    /// if its delete event counts it too).
+    fn orphaned(&self, app: &ObjectRef<MyApp>, child: Child) {
+        if self.applied.take_created_after(&(app.clone(), child), None) {
+            self.metrics.orphans.inc();
+            let namespace = app.namespace.as_deref().unwrap_or_default();
+            info!(name = %app.name, %namespace, ?child, "Created a child of a deleted MyApp; the garbage collector removes it");
+        }
     }
 }
 
-async fn publish(client: Client, reporter: Reporter, event: &Event, regarding: &ObjectReference) {
-    let recorder = Recorder::new(client, reporter);
+async fn publish(
+    client: &Client,
+    gate: &Gate,
+    reporter: Reporter,
+    event: &Event,
+    regarding: &ObjectReference,
+) {
+    if gate.check().is_err() {
+        gate.dropped_event();
+        return;
+    }
+    let recorder = Recorder::new(client.clone(), reporter);
     if let Err(error) = recorder.publish(event, regarding).await {
         warn!(%error, "Failed to publish Event");
     }
+}
+
+/// Whether `error` is a write the gate refused: this replica may no longer write.
+fn fenced(error: &Error) -> bool {
+    let (Error::ApplyDeployment(error)
+    | Error::ApplyService(error)
+    | Error::HandOffReplicas(error)
+    | Error::PatchStatus(error)) = error
+    else {
+        return false;
+    };
+    matches!(error, kube::Error::Service(source) if source.is::<Fenced>())
 }
 
 #[cfg(test)]
@@ -990,24 +1079,6 @@ mod tests {
             "status-only change, our own status write among them"
         );
         assert!(needs_reconcile(&InitApply(app(2, Some(2)))), "relist");
-    }
-
-    #[test]
-    fn a_write_answer_is_read_for_its_resource_version_alone() {
-        let answer = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {
-                "name": "web", "namespace": "shop", "resourceVersion": "42", "generation": 3,
-                "managedFields": [{"manager": "myapp-operator", "operation": "Apply",
-                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
-            },
-            "spec": {"replicas": 3},
-            "status": {"observedGeneration": 2},
-        });
-        let written: Written = serde_json::from_value(answer).unwrap();
-        assert_eq!(written.metadata.resource_version.as_deref(), Some("42"));
-        let unversioned: Written = serde_json::from_value(json!({"metadata": {}})).unwrap();
-        assert_eq!(unversioned.metadata.resource_version, None);
     }
 
     #[test]

@@ -132,8 +132,12 @@ pub struct EnvVar {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = unwrap_descriptions)]
 pub struct MyAppStatus {
-    /// The `metadata.generation` of the spec this status describes.
+    /// The `metadata.generation` of the spec this status describes. Never decreases: the API
+    /// server refuses a status planned from an older spec (a writer that woke up late).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self >= oldSelf")
+        .message("status.observedGeneration may not decrease: this status describes an older spec than the one already reported")
+        .reason(kube::core::Reason::FieldValueInvalid))]
     pub observed_generation: Option<i64>,
 
     /// Pods the Deployment runs (the scale subresource reads it).
@@ -206,7 +210,7 @@ pub const SCHEMA_SERIAL_ANNOTATION: &str = "example.com/schema-serial";
 /// change, including one nobody remembered to count in the serial.
 pub const SCHEMA_DIGEST_ANNOTATION: &str = "example.com/schema-digest";
 /// The schema serial of this build (see [`SCHEMA_SERIAL_ANNOTATION`]).
-pub const SCHEMA_SERIAL: u32 = 2;
+pub const SCHEMA_SERIAL: u32 = 3;
 
 /// `sha256:<hex>` of the generated CRD (without the two stamp annotations) as compact JSON.
 pub fn schema_digest() -> String {

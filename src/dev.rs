@@ -21,7 +21,7 @@ use crate::{
     Error,
     admission::AdmissionConfig,
     certs,
-    cli::{DevArgs, LeaderArgs},
+    cli::DevArgs,
     resources::FIELD_MANAGER,
     run::{self, Parts},
 };
@@ -325,13 +325,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Error> {
     let controller = tokio::spawn(run::reconcile_while_leading(
         env.client().await?,
         run::controller_config(&args.controller, Some("dev".into())),
-        LeaderArgs {
-            leader_elect: false,
-            lease_name: String::new(),
-            lease_namespace: String::new(),
-            identity: None,
-        },
-        "dev".into(),
+        None,
         env.parts.clone(),
         stop.clone(),
     ));

@@ -65,6 +65,9 @@ pub enum Error {
     /// The API did not answer in time.
     #[error("Lease request did not finish within {0:?}")]
     LeaseDeadline(Duration),
+    /// The lease timing flags would let two replicas write at once.
+    #[error("invalid lease timing: {0}")]
+    LeaseTiming(String),
     // --- telemetry ---
     /// The `--log-level` filter does not parse.
     #[error(

@@ -4,12 +4,13 @@
 //! property that library lacks: when renewals fail (API unreachable), its watch channel keeps
 //! saying "leader" after the lease has expired, so a partitioned replica would go on
 //! reconciling beside the new holder. Here leadership ends locally at `start of the last
-//! successful renewal + duration - grace`, and other replicas only consider the lease expired
-//! `duration` after they *observed* its last change (as client-go does), so the two never
-//! overlap, whatever the clocks of the nodes say.
+//! successful renewal + renew deadline`, on the boot clock of the replica's [`Gate`], and other
+//! replicas only consider the lease expired `duration` after they *observed* its last change
+//! (as client-go does), so the two never overlap, whatever the clocks of the nodes say, as long
+//! as the renew deadline is shorter than the duration.
 
-use crate::{Error, permission::Permission};
-use std::{future::Future, time::Duration};
+use crate::{Error, fence::Gate, permission::Permission};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -17,7 +18,7 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{Api, Client, api::PostParams};
-use tokio::{sync::watch, time::Instant};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// Every permission the election's calls need, in the Lease's namespace: read it, create it
@@ -37,16 +38,19 @@ pub struct Config {
     pub namespace: String,
     /// This replica's identity (the pod name in a cluster).
     pub identity: String,
-    /// How long a lease stays valid after its last renewal.
+    /// How long a lease stays valid after its last renewal (whole seconds: the Lease records
+    /// seconds).
     pub duration: Duration,
+    /// The holder stops writing this long after the start of its last successful renewal;
+    /// shorter than `duration`, so that it stops before anyone else may take over.
+    pub renew_deadline: Duration,
     /// How often the holder renews, and a candidate retries.
     pub retry_period: Duration,
-    /// Safety margin: the holder stops leading this long before others may take over.
-    pub grace: Duration,
 }
 
 impl Config {
-    /// Defaults as in client-go's leader election: 15 s lease, 2 s retry.
+    /// The lease `run` uses by default: 15 s, renewed every 2 s, written for at most 12 s
+    /// after a renewal began (client-go's defaults are 15, 10 and 2 s).
     pub fn new(
         name: impl Into<String>,
         namespace: impl Into<String>,
@@ -57,9 +61,39 @@ impl Config {
             namespace: namespace.into(),
             identity: identity.into(),
             duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(12),
             retry_period: Duration::from_secs(2),
-            grace: Duration::from_secs(3),
         }
+    }
+
+    /// These timings, after checking that they keep two holders apart: a whole number of
+    /// seconds of `duration`, and `retry_period < renew_deadline < duration`.
+    pub fn with_timing(
+        mut self,
+        duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self, Error> {
+        let invalid = |why: String| Err(Error::LeaseTiming(why));
+        if duration.subsec_nanos() != 0 || duration.is_zero() {
+            return invalid(format!(
+                "--lease-duration {duration:?} must be a whole number of seconds, at least 1s (the Lease records seconds)"
+            ));
+        }
+        if renew_deadline >= duration {
+            return invalid(format!(
+                "--lease-renew-deadline {renew_deadline:?} must be shorter than --lease-duration {duration:?}, or another replica may take over while this one still writes"
+            ));
+        }
+        if retry_period.is_zero() || retry_period >= renew_deadline {
+            return invalid(format!(
+                "--lease-retry-period {retry_period:?} must be above zero and shorter than --lease-renew-deadline {renew_deadline:?}, or the lease lapses between renewals"
+            ));
+        }
+        self.duration = duration;
+        self.renew_deadline = renew_deadline;
+        self.retry_period = retry_period;
+        Ok(self)
     }
 }
 
@@ -69,25 +103,30 @@ struct Observed {
     at: Instant,
 }
 
-/// Takes part in the election until `shutdown` resolves, publishing on `leading` whether this
-/// replica holds the lease; on shutdown a held lease is released so another replica takes over
-/// at once instead of after `duration`.
+/// Takes part in the election until `shutdown` resolves, keeping `gate` open while this replica
+/// holds the lease: each successful renewal opens it until its start plus the renew deadline.
+/// On shutdown a held lease is released so another replica takes over at once instead of after
+/// `duration`.
 pub async fn run(
     client: Client,
     config: Config,
-    leading: watch::Sender<bool>,
+    gate: Arc<Gate>,
     shutdown: impl Future<Output = ()>,
 ) {
     let api = Api::<Lease>::namespaced(client, &config.namespace);
     let mut observed: Option<Observed> = None;
-    let mut leading_until: Option<Instant> = None;
+    let mut leading = false;
     tokio::pin!(shutdown);
+    let enforce = gate.enforce();
+    tokio::pin!(enforce);
     loop {
         let started = Instant::now();
+        let renewal_started = gate.now();
         // A renewal may not outlive leadership: bound each call by what is left of it.
-        let budget = leading_until.map_or(config.retry_period, |until| {
-            until.saturating_duration_since(started)
-        });
+        let budget = gate
+            .remaining()
+            .unwrap_or(config.retry_period)
+            .min(config.renew_deadline);
         let outcome = tokio::time::timeout(
             budget.max(Duration::from_millis(100)),
             try_acquire_or_renew(&api, &config, &mut observed),
@@ -96,33 +135,25 @@ pub async fn run(
         .unwrap_or(Err(Error::LeaseDeadline(budget)));
         match outcome {
             Ok(true) => {
-                leading_until = Some(started + config.duration.saturating_sub(config.grace))
+                gate.open_until(renewal_started.after(config.renew_deadline));
             }
-            Ok(false) => leading_until = None,
+            Ok(false) => gate.close(),
             Err(error) => warn!(%error, lease = %config.name, "Lease renewal failed"),
         }
-        let is_leader = leading_until.is_some_and(|until| Instant::now() < until);
-        if !is_leader {
-            leading_until = None;
+        let is_leader = gate.is_open();
+        if leading != is_leader {
+            leading = is_leader;
+            info!(identity = %config.identity, leader = is_leader, "Leadership changed");
         }
-        leading.send_if_modified(|was| {
-            if *was != is_leader {
-                info!(identity = %config.identity, leader = is_leader, "Leadership changed");
-                *was = is_leader;
-                true
-            } else {
-                false
-            }
-        });
-        let next = (started + config.retry_period)
-            .min(leading_until.unwrap_or(Instant::now() + config.retry_period));
+        let next = started + config.retry_period;
         tokio::select! {
             () = &mut shutdown => break,
             () = tokio::time::sleep_until(next) => {}
+            () = &mut enforce => {}
         }
     }
-    if *leading.borrow() {
-        leading.send_replace(false);
+    if gate.is_open() {
+        gate.close();
         match release(&api, &config).await {
             Ok(()) => info!(lease = %config.name, "Lease released"),
             Err(error) => warn!(%error, lease = %config.name, "Failed to release Lease"),

@@ -22,6 +22,8 @@ pub mod crd;
 pub mod dev;
 /// The operator's one error type.
 pub mod error;
+/// The write gate: writes pass only while this replica provably holds its Lease.
+pub mod fence;
 /// Test objects: `MyApp::test(name)` and its chainable setters (tests and feature `dev`).
 #[cfg(any(test, feature = "dev"))]
 pub mod fixtures;

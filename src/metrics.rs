@@ -14,7 +14,11 @@
 //! | `myapp_reconcile_writes_total{target}` | counter | writes by `deployment`, `service`, `status`, `replicas_handoff` |
 //! | `myapp_reconciles_in_flight` | gauge | reconciles running now |
 //! | `myapp_reconcile_queue_depth` | gauge | MyApps waiting to be reconciled (approximate: see [`queue`]) |
-//! | `myapp_leader`, `myapp_caches_synced` | gauge | 1 while this replica leads; once its caches hold a full list |
+//! | `myapp_write_conflicts_total{target}` | counter | writes the API server refused with 409: planned from a version it no longer holds |
+//! | `myapp_orphan_children_total` | counter | children created for a MyApp deleted while its reconcile ran (the garbage collector removes them) |
+//! | `myapp_leader` | gauge | 1 while this replica may write: it holds the Lease and its deadline is ahead (read from the clock at scrape time) |
+//! | `myapp_fenced_writes_total`, `myapp_events_dropped_total` | counter | writes the write gate refused, Events dropped unpublished, past the Lease's deadline |
+//! | `myapp_caches_synced` | gauge | 1 once the leading controller's caches hold a full list |
 //! | `myapp_webhook_*` | | the webhook server's (see the `webhook` crate's README) |
 //! | `myapp_build_info{version,git_commit,rustc}` | info | always 1 |
 //! | `process_*` | | CPU seconds, resident memory, open and max fds, start time (see [`process`]) |
@@ -105,8 +109,11 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// MyApps waiting for a reconcile to start.
     pub queue: Arc<queue::Queue>,
-    /// 1 while this replica holds the leader lease (or leader election is off).
-    pub leader: Gauge,
+    /// Writes the API server refused with 409, by target: the version they were planned from
+    /// is no longer the current one.
+    pub conflicts: Family<WriteLabels, Counter>,
+    /// Children created for a MyApp that was deleted while its reconcile ran.
+    pub orphans: Counter,
     /// 1 once every watch cache of the leading controller holds a complete list.
     pub caches_synced: Gauge,
     /// 1 while the leading controller's MyApp watch finds the CRD, 0 once it found it missing
@@ -130,7 +137,8 @@ impl Metrics {
             ]),
             in_flight: Gauge::default(),
             queue: Arc::default(),
-            leader: Gauge::default(),
+            conflicts: Family::default(),
+            orphans: Counter::default(),
             caches_synced: Gauge::default(),
             crd_installed: Gauge::default(),
             fights: Counter::default(),
@@ -140,6 +148,7 @@ impl Metrics {
         }
         for target in WRITE_TARGETS {
             let _ = metrics.writes.get_or_create(&WriteLabels { target });
+            let _ = metrics.conflicts.get_or_create(&WriteLabels { target });
         }
         registry.register_collector(Box::new(process::Collector));
         let registry = registry.sub_registry_with_prefix(PREFIX);
@@ -189,9 +198,14 @@ impl Metrics {
             metrics.queue.gauge(),
         );
         registry.register(
-            "leader",
-            "1 while this replica reconciles (holds the lease)",
-            metrics.leader.clone(),
+            "write_conflicts",
+            "Writes the API server refused with 409 (planned from a version it no longer holds), by target",
+            metrics.conflicts.clone(),
+        );
+        registry.register(
+            "orphan_children",
+            "Children created for a MyApp deleted while its reconcile ran (the garbage collector removes them)",
+            metrics.orphans.clone(),
         );
         registry.register(
             "caches_synced",
@@ -209,6 +223,11 @@ impl Metrics {
             metrics.fights.clone(),
         );
         metrics
+    }
+
+    /// Counts one write to `target` that the API server refused with 409.
+    pub fn conflicted(&self, target: &'static str) {
+        self.conflicts.get_or_create(&WriteLabels { target }).inc();
     }
 
     /// Counts one write to `target`.

@@ -83,6 +83,12 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
     /// yet: it holds the replaced version or one older than the write's. Any other version
     /// ends the entry: the write, or someone's after it.
     pub fn unseen(&self, key: &K, cached: Option<&str>) -> Option<V> {
+        self.unseen_at(key, cached).map(|(written, _)| written)
+    }
+
+    /// [`RecentWrites::unseen`], with the resourceVersion the server gave the write: the one
+    /// the server holds now, as far as this process knows.
+    pub fn unseen_at(&self, key: &K, cached: Option<&str>) -> Option<(V, Option<String>)> {
         let mut entries = self.lock();
         let (_, entry) = entries.get(key, self.ttl)?;
         let behind = match (cached, entry.version.as_deref()) {
@@ -90,10 +96,30 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
             _ => false,
         };
         if behind || entry.replaced.as_deref() == cached {
-            return Some(entry.written.clone());
+            return Some((entry.written.clone(), entry.version.clone()));
         }
         entries.remove(key);
         None
+    }
+
+    /// Ends the entry under `key` if it records a write that created its object (the cache
+    /// held nothing) at a version later than `version` (any version, for `None`); returns
+    /// whether it did. A version that does not compare counts as later.
+    pub fn take_created_after(&self, key: &K, version: Option<&str>) -> bool {
+        let mut entries = self.lock();
+        let created_after = entries.get(key, self.ttl).is_some_and(|(_, entry)| {
+            entry.replaced.is_none()
+                && match (entry.version.as_deref(), version) {
+                    (Some(written), Some(version)) => {
+                        compare(written, version) != Some(Ordering::Less)
+                    }
+                    _ => true,
+                }
+        });
+        if created_after {
+            entries.remove(key);
+        }
+        created_after
     }
 
     /// Number of remembered writes (expired ones included until pruned).

@@ -5,7 +5,6 @@ use std::{future::Future, sync::Arc};
 
 use kube::Client;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -13,8 +12,10 @@ use crate::{
     Error,
     admin::{self, Health},
     admission::{self, AdmissionConfig},
-    cli::{AdmissionArgs, ControllerArgs, LeaderArgs, RunArgs},
-    controller, leader,
+    cli::{AdmissionArgs, ControllerArgs, RunArgs},
+    controller,
+    fence::{Gate, GateCollector},
+    leader,
     metrics::Metrics,
 };
 
@@ -50,6 +51,11 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         .identity
         .clone()
         .unwrap_or_else(default_identity);
+    let lease = if args.leader.leader_elect {
+        Some(args.leader.lease(identity.clone())?)
+    } else {
+        None
+    };
     let parts = Parts::new();
 
     let admin_listener = admin::bind(args.admin_addr).await?;
@@ -79,9 +85,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let stop_controller = CancellationToken::new();
     let controller_task = tokio::spawn(reconcile_while_leading(
         client,
-        controller_config(&args.controller, Some(identity.clone())),
-        args.leader,
-        identity,
+        controller_config(&args.controller, Some(identity)),
+        lease,
         parts.clone(),
         stop_controller.clone(),
     ));
@@ -119,6 +124,8 @@ pub struct Parts {
     pub health: Arc<Health>,
     /// Controller metrics.
     pub metrics: Arc<Metrics>,
+    /// The write gate of the controller's Lease: open while this replica may write.
+    pub gate: Arc<Gate>,
     /// Webhook metrics.
     pub webhook_metrics: webhook::Metrics,
     /// The registry `/metrics` encodes (controller and webhook metrics).
@@ -130,6 +137,10 @@ impl Parts {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
+        let gate = Arc::new(Gate::boot_clock());
+        registry
+            .sub_registry_with_prefix(crate::metrics::PREFIX)
+            .register_collector(Box::new(GateCollector(gate.clone())));
         let webhook_metrics = webhook::Metrics::new();
         webhook_metrics.declare_route(crate::admission::VALIDATE_PATH, false);
         webhook_metrics.declare_route(crate::admission::MUTATE_PATH, true);
@@ -138,6 +149,7 @@ impl Parts {
         Self {
             health: Arc::new(Health::default()),
             metrics,
+            gate,
             webhook_metrics,
             registry: Arc::new(registry),
         }
@@ -169,51 +181,49 @@ pub fn controller_config(args: &ControllerArgs, instance: Option<String>) -> con
     }
 }
 
-/// Runs the controller whenever this replica leads, until `stop` is cancelled. Losing the
-/// lease drops the controller at once (in-flight reconciles are cancelled): another replica
-/// may take over as soon as the lease expires. `stop` shuts it down gracefully instead.
+/// Runs the controller whenever this replica leads (always, without a `lease`), until `stop`
+/// is cancelled. The controller writes only through `parts.gate`; when the gate closes (the
+/// lease lost, or its deadline passed in a pause) the controller is dropped at once, in-flight
+/// reconciles with it, without waiting for the election to read the Lease. `stop` shuts it
+/// down gracefully instead.
 pub async fn reconcile_while_leading(
     client: Client,
     config: controller::Config,
-    leader: LeaderArgs,
-    identity: String,
+    lease: Option<leader::Config>,
     parts: Parts,
     stop: CancellationToken,
 ) {
-    let (leading_tx, mut leading) = watch::channel(!leader.leader_elect);
+    let gate = parts.gate.clone();
     let stop_election = CancellationToken::new();
-    let election = if leader.leader_elect {
-        let lease = leader::Config::new(leader.lease_name, leader.lease_namespace, identity);
-        let stop = stop_election.clone().cancelled_owned();
-        Some(tokio::spawn(leader::run(
+    let election = match lease {
+        Some(lease) => Some(tokio::spawn(leader::run(
             client.clone(),
             lease,
-            leading_tx,
-            stop,
-        )))
-    } else {
-        // Without election this replica always leads: keep the sender alive, and silent.
-        drop(tokio::spawn(async move { leading_tx.closed().await }));
-        None
+            gate.clone(),
+            stop_election.clone().cancelled_owned(),
+        ))),
+        None => {
+            gate.open_always();
+            None
+        }
     };
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
-            changed = leading.wait_for(|l| *l) => if changed.is_err() { break },
+            () = gate.opened() => {}
         }
-        parts.metrics.leader.set(1);
         let metrics = parts.metrics.clone();
         let graceful = stop.clone().cancelled_owned();
         let controller = controller::run(
             client.clone(),
             config.clone(),
             parts.metrics.clone(),
+            gate.clone(),
             graceful,
             move || {
                 metrics.caches_synced.set(1);
             },
         );
-        let mut lost = leading.clone();
         // In-flight reconciles get their deadline to finish. Reconciles wait for every
         // cache's first list before they read or write, so a controller whose caches never
         // synced (API unreachable, a list forbidden) has nothing in flight: it stops at once
@@ -230,10 +240,9 @@ pub async fn reconcile_while_leading(
         };
         tokio::select! {
             () = controller => {}
-            Ok(_) = lost.wait_for(|l| !*l) => warn!("Lost the lease: stopped reconciling"),
+            () = gate.closed() => warn!("Lost the lease: stopped reconciling"),
             () = overdue => {}
         }
-        parts.metrics.leader.set(0);
         parts.metrics.caches_synced.set(0);
         if stop.is_cancelled() {
             break;
@@ -242,6 +251,9 @@ pub async fn reconcile_while_leading(
     stop_election.cancel();
     if let Some(election) = election {
         let _ = election.await;
+    }
+    if gate.remaining() == Some(std::time::Duration::MAX) {
+        gate.close();
     }
 }
 

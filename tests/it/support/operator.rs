@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use kube::Client;
 use myapp_operator::{
-    cli::LeaderArgs,
-    controller,
+    controller, leader,
     run::{self, Parts},
 };
 use tokio::task::JoinHandle;
@@ -26,12 +25,7 @@ impl Operator {
     pub fn start(client: Client, identity: &str, elect: bool, resync: Duration) -> Self {
         let stop = CancellationToken::new();
         let parts = Parts::new();
-        let leader = LeaderArgs {
-            leader_elect: elect,
-            lease_name: "myapp-operator".into(),
-            lease_namespace: "myapp-system".into(),
-            identity: Some(identity.into()),
-        };
+        let lease = elect.then(|| leader::Config::new("myapp-operator", "myapp-system", identity));
         let config = controller::Config {
             resync,
             backoff_base: Duration::from_millis(50),
@@ -44,8 +38,7 @@ impl Operator {
         let task = tokio::spawn(run::reconcile_while_leading(
             client,
             config,
-            leader,
-            identity.into(),
+            lease,
             parts.clone(),
             stop.clone(),
         ));

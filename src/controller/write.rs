@@ -1,0 +1,215 @@
+//! Each write of a reconcile: through the write gate, with a resourceVersion precondition,
+//! counted when the API server accepts it.
+
+use std::{sync::Arc, time::Duration};
+
+use kube::{
+    Client, Resource,
+    api::{Patch, PatchParams},
+    runtime::reflector::ObjectRef,
+};
+use tracing::debug;
+
+use crate::{crd::MyApp, fence::Gate, metrics::Metrics, recent::RecentWrites};
+
+/// What became of one planned write.
+#[derive(Debug)]
+pub(super) enum Landed {
+    /// Not planned, or held off.
+    Skipped,
+    /// The server accepted it and gave it this resourceVersion.
+    Written(Option<String>),
+    /// The server refused it with 409 (its precondition failed), or an earlier refusal of it
+    /// still stands: the cache has not seen the version that made it stale.
+    Refused,
+}
+
+/// The resourceVersion a write must find on the server, and the cached version it was planned
+/// from.
+///
+/// A forced apply that carries `metadata.resourceVersion` is refused with 409 unless the object
+/// is at that version: a write planned from a state that changed since (another writer's, or a
+/// new leader's while this replica was paused) never lands. The version is the cache's, or the
+/// one the server gave our last write when the cache has not seen that write yet. A write that
+/// creates has nothing to compare with and carries none.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Precondition {
+    /// What the write must find (none: it creates).
+    pub(super) expect: Option<String>,
+    /// The version the cache held when the write was planned.
+    pub(super) cached: Option<String>,
+}
+
+impl Precondition {
+    pub(super) fn of<V>(cached: Option<&str>, unseen: Option<&(V, Option<String>)>) -> Self {
+        let ours = unseen.and_then(|(_, written)| written.clone());
+        Self {
+            expect: ours.or_else(|| cached.map(str::to_owned)),
+            cached: cached.map(str::to_owned),
+        }
+    }
+
+    /// Writes the expected version into a patch's `metadata`.
+    pub(super) fn stamp(&self, metadata: &mut serde_json::Value) {
+        if let Some(version) = &self.expect {
+            metadata["resourceVersion"] = version.clone().into();
+        }
+    }
+}
+
+/// Refused writes by MyApp and target: see [`Writer::apply`].
+type Refused = RecentWrites<(ObjectRef<MyApp>, &'static str), ()>;
+
+/// How long a refused write waits for the cache to move past the version it was planned
+/// from before it is sent again anyway: a watch event takes milliseconds, and a 409 that no
+/// newer version explains must not stall the MyApp for long.
+const REFUSAL_TTL: Duration = Duration::from_secs(5);
+
+/// Makes the reconciles' writes: each through the write gate, with its precondition, counted.
+pub(super) struct Writer {
+    client: Client,
+    gate: Arc<Gate>,
+    metrics: Arc<Metrics>,
+    /// Writes refused with 409 until the cache moves past the version they were planned from.
+    refused: Refused,
+}
+
+impl Writer {
+    /// Writes with `client` while `gate` is open, counting into `metrics`.
+    pub(super) fn new(client: Client, gate: Arc<Gate>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            gate,
+            metrics,
+            refused: RecentWrites::new(REFUSAL_TTL),
+        }
+    }
+
+    /// The gate every write passes.
+    pub(super) fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// Applies `patch` (whose metadata carries the precondition `at`) to the `K` named as `app`,
+    /// or to its `subresource`: a write to `target` (a [`crate::metrics::WRITE_TARGETS`] name).
+    /// A 409 is remembered against the cached version, and the same write is not sent again
+    /// until the cache has moved past it (or the memory expires): never a read.
+    pub(super) async fn apply<K, P>(
+        &self,
+        app: &ObjectRef<MyApp>,
+        target: &'static str,
+        at: &Precondition,
+        params: &PatchParams,
+        subresource: Option<&str>,
+        patch: &P,
+    ) -> Result<Landed, kube::Error>
+    where
+        K: Resource<DynamicType = ()>,
+        P: serde::Serialize + std::fmt::Debug,
+    {
+        let key = (app.clone(), target);
+        let cached = at.cached.as_deref();
+        if at.expect.is_some() && self.refused.unseen(&key, cached).is_some() {
+            return Ok(Landed::Refused);
+        }
+        let (name, namespace) = (&app.name, app.namespace.as_deref().unwrap_or_default());
+        let written = apply_read_version::<K, _>(
+            &self.client,
+            &self.gate,
+            params,
+            namespace,
+            name,
+            subresource,
+            patch,
+        )
+        .await;
+        match written {
+            Ok(version) => {
+                self.metrics.wrote(target);
+                Ok(Landed::Written(version))
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 && at.expect.is_some() => {
+                self.metrics.conflicted(target);
+                debug!(%name, %namespace, target, expected = ?at.expect, "Write refused: planned from a stale version");
+                self.refused.record(key, at.cached.clone(), None, ());
+                Ok(Landed::Refused)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// What the operator reads of a write's answer: the resourceVersion the server gave it. The
+/// answer is the whole object, managedFields and all; read as the cache's type of a child (or
+/// as a whole MyApp, for a status write), every field that type keeps was parsed and allocated
+/// on every write for this one.
+#[derive(serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct WrittenMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+/// Server-side applies `patch` with `params` to the `K` named `name` in `namespace`, or to its
+/// `subresource`, as `Api::patch` and `Api::patch_subresource` do, once `gate` lets it through;
+/// returns the resourceVersion of the result and reads nothing else of it (see [`Written`]).
+/// A write the gate refuses fails with [`Fenced`] inside `kube::Error::Service`.
+async fn apply_read_version<K, P>(
+    client: &Client,
+    gate: &Gate,
+    params: &PatchParams,
+    namespace: &str,
+    name: &str,
+    subresource: Option<&str>,
+    patch: &P,
+) -> Result<Option<String>, kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    let patch = Patch::Apply(patch);
+    let request = kube::core::Request::new(K::url_path(&(), Some(namespace)));
+    let (request, verb) = match subresource {
+        Some(sub) => (
+            request.patch_subresource(sub, name, params, &patch),
+            "patch_subresource",
+        ),
+        None => (request.patch(name, params, &patch), "patch"),
+    };
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    // The span name kube's client gives its own calls.
+    request.extensions_mut().insert(verb);
+    // Last thing before the send: nothing but the transport lies between the check and it.
+    gate.check()
+        .map_err(|fenced| kube::Error::Service(Box::new(fenced)))?;
+    let written: Written = client.request(request).await?;
+    Ok(written.metadata.resource_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_write_answer_is_read_for_its_resource_version_alone() {
+        let answer = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "web", "namespace": "shop", "resourceVersion": "42", "generation": 3,
+                "managedFields": [{"manager": "myapp-operator", "operation": "Apply",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {"replicas": 3},
+            "status": {"observedGeneration": 2},
+        });
+        let written: Written = serde_json::from_value(answer).unwrap();
+        assert_eq!(written.metadata.resource_version.as_deref(), Some("42"));
+        let unversioned: Written = serde_json::from_value(json!({"metadata": {}})).unwrap();
+        assert_eq!(unversioned.metadata.resource_version, None);
+    }
+}
