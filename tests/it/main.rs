@@ -12,6 +12,7 @@ mod install;
 mod layout;
 mod manifests;
 mod observe;
+mod pause;
 mod phase;
 mod rbac;
 mod rollout;

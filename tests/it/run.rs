@@ -246,7 +246,7 @@ async fn get_text_unbounded(admin: SocketAddr, path: &str) -> Option<String> {
 }
 
 /// The value of an unlabelled gauge in the replica's `/metrics`.
-async fn gauge(admin: SocketAddr, name: &str) -> Option<i64> {
+pub(crate) async fn gauge(admin: SocketAddr, name: &str) -> Option<i64> {
     let text = get_text(admin, "/metrics").await?;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -410,7 +410,7 @@ impl Cluster {
 
     /// Starts `myapp-operator run` with `args`, as the next replica with its own token, and
     /// waits until its webhook serves.
-    fn replica(&self, args: &[&str]) -> Replica {
+    pub(crate) fn replica(&self, args: &[&str]) -> Replica {
         self.replica_serving(args, &self.certs)
     }
 
@@ -440,10 +440,10 @@ impl Cluster {
     }
 }
 
-struct Replica {
-    process: Reap,
-    lines: Receiver<String>,
-    admin: SocketAddr,
+pub(crate) struct Replica {
+    pub(crate) process: Reap,
+    pub(crate) lines: Receiver<String>,
+    pub(crate) admin: SocketAddr,
     webhook: SocketAddr,
     /// When its log said the webhook serves.
     serving_since: Instant,
@@ -463,7 +463,28 @@ impl Replica {
         None
     }
 
-    fn logged(&self, message: &str, within: Duration) -> bool {
+    /// The lines logged until one satisfies `found` (the last one then) or `within` passes.
+    pub(crate) fn lines_until(
+        &self,
+        within: Duration,
+        found: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let mut lines = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let Ok(line) = self.lines.recv_timeout(left) else {
+                break;
+            };
+            let done = found(&line);
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        lines
+    }
+
+    pub(crate) fn logged(&self, message: &str, within: Duration) -> bool {
         wait_for_message(&self.lines, message, within).is_some()
     }
 
