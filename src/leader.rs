@@ -247,3 +247,32 @@ fn spec(config: &Config, acquired: MicroTime, renewed: MicroTime, transitions: i
         ..LeaseSpec::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(duration: u64, renew_ms: u64, retry_ms: u64) -> Result<Config, Error> {
+        Config::new("l", "ns", "me").with_timing(
+            Duration::from_secs(duration),
+            Duration::from_millis(renew_ms),
+            Duration::from_millis(retry_ms),
+        )
+    }
+
+    #[test]
+    fn lease_timings_that_let_two_replicas_write_at_once_are_refused_naming_the_flag() {
+        assert!(timing(15, 12_000, 2_000).is_ok());
+        assert!(timing(2, 1_500, 200).is_ok());
+        let refused = |result: Result<Config, Error>| result.unwrap_err().to_string();
+        assert!(refused(timing(15, 15_000, 2_000)).contains("--lease-renew-deadline"));
+        assert!(refused(timing(15, 12_000, 12_000)).contains("--lease-retry-period"));
+        assert!(refused(timing(0, 0, 0)).contains("--lease-duration"));
+        let fractional = Config::new("l", "ns", "me").with_timing(
+            Duration::from_millis(2_500),
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+        );
+        assert!(refused(fractional).contains("whole number of seconds"));
+    }
+}

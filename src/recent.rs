@@ -354,4 +354,23 @@ mod tests {
         expired.start("web");
         assert_eq!(expired.elapsed(&"web"), None);
     }
+
+    #[test]
+    fn only_a_create_after_the_given_version_is_taken_and_only_once() {
+        let recent = RecentWrites::new(Duration::from_secs(30));
+        recent.record("web", None, Some("20"), "digest");
+        recent.record("api", Some("7".into()), Some("21"), "digest");
+        assert!(
+            !recent.take_created_after(&"web", Some("25")),
+            "created before the delete"
+        );
+        assert!(
+            !recent.take_created_after(&"api", Some("10")),
+            "an update, not a create"
+        );
+        assert!(recent.take_created_after(&"web", Some("15")));
+        assert!(!recent.take_created_after(&"web", None), "taken already");
+        recent.record("db", None, Some("30"), "digest");
+        assert!(recent.take_created_after(&"db", None), "any version");
+    }
 }

@@ -212,4 +212,25 @@ mod tests {
         let unversioned: Written = serde_json::from_value(json!({"metadata": {}})).unwrap();
         assert_eq!(unversioned.metadata.resource_version, None);
     }
+
+    #[test]
+    fn a_write_expects_our_unseen_writes_version_else_the_cached_one_and_a_create_none() {
+        let unseen = ((), Some("12".to_owned()));
+        let ours = Precondition::of(Some("9"), Some(&unseen));
+        assert_eq!(ours.expect.as_deref(), Some("12"));
+        assert_eq!(ours.cached.as_deref(), Some("9"));
+        let cached = Precondition::of::<()>(Some("9"), None);
+        assert_eq!(cached.expect.as_deref(), Some("9"));
+        let create = Precondition::of::<()>(None, None);
+        assert_eq!(create.expect, None);
+        let mut metadata = json!({"name": "web"});
+        create.stamp(&mut metadata);
+        assert_eq!(
+            metadata,
+            json!({"name": "web"}),
+            "a create carries no version"
+        );
+        cached.stamp(&mut metadata);
+        assert_eq!(metadata, json!({"name": "web", "resourceVersion": "9"}));
+    }
 }
