@@ -45,17 +45,18 @@ async fn client() -> Result<Client, Error> {
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     // First of all: a SIGTERM in the first milliseconds must start a shutdown, not kill.
     let signals = Signals::install()?;
-    let client = client().await?;
     let identity = args
         .leader
         .identity
         .clone()
         .unwrap_or_else(default_identity);
+    // Flags first: a mistake in them is named before anything else can fail.
     let lease = if args.leader.leader_elect {
         Some(args.leader.lease(identity.clone())?)
     } else {
         None
     };
+    let client = client().await?;
     let parts = Parts::new();
 
     let admin_listener = admin::bind(args.admin_addr).await?;
