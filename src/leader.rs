@@ -117,40 +117,43 @@ pub async fn run(
     let mut observed: Option<Observed> = None;
     let mut leading = false;
     tokio::pin!(shutdown);
-    let enforce = gate.enforce();
-    tokio::pin!(enforce);
-    loop {
-        let started = Instant::now();
-        let renewal_started = gate.now();
-        // A renewal may not outlive leadership: bound each call by what is left of it.
-        let budget = gate
-            .remaining()
-            .unwrap_or(config.retry_period)
-            .min(config.renew_deadline);
-        let outcome = tokio::time::timeout(
-            budget.max(Duration::from_millis(100)),
-            try_acquire_or_renew(&api, &config, &mut observed),
-        )
-        .await
-        .unwrap_or(Err(Error::LeaseDeadline(budget)));
-        match outcome {
-            Ok(true) => {
-                gate.open_until(renewal_started.after(config.renew_deadline));
+    let elect = async {
+        loop {
+            let started = Instant::now();
+            let renewal_started = gate.now();
+            // A renewal may not outlive leadership: bound each call by what is left of it.
+            let budget = gate
+                .remaining()
+                .unwrap_or(config.retry_period)
+                .min(config.renew_deadline);
+            let outcome = tokio::time::timeout(
+                budget.max(Duration::from_millis(100)),
+                try_acquire_or_renew(&api, &config, &mut observed),
+            )
+            .await
+            .unwrap_or(Err(Error::LeaseDeadline(budget)));
+            match outcome {
+                Ok(true) => {
+                    gate.open_until(renewal_started.after(config.renew_deadline));
+                }
+                Ok(false) => gate.close(),
+                Err(error) => warn!(%error, lease = %config.name, "Lease renewal failed"),
             }
-            Ok(false) => gate.close(),
-            Err(error) => warn!(%error, lease = %config.name, "Lease renewal failed"),
+            let is_leader = gate.is_open();
+            if leading != is_leader {
+                leading = is_leader;
+                info!(identity = %config.identity, leader = is_leader, "Leadership changed");
+            }
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep_until(started + config.retry_period) => {}
+            }
         }
-        let is_leader = gate.is_open();
-        if leading != is_leader {
-            leading = is_leader;
-            info!(identity = %config.identity, leader = is_leader, "Leadership changed");
-        }
-        let next = started + config.retry_period;
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = tokio::time::sleep_until(next) => {}
-            () = &mut enforce => {}
-        }
+    };
+    // The deadline is enforced while a renewal is in flight too, not only between renewals.
+    tokio::select! {
+        () = elect => {}
+        () = gate.enforce() => {}
     }
     if gate.is_open() {
         gate.close();
