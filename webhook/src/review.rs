@@ -824,7 +824,7 @@ where
     };
     // As value trees, which the patch walk needs whenever the rule changed something, made
     // from the typed value directly: writing it out and parsing it back took a fifth of the
-    // mutating route's time (issue 16). The typed value holds only what the rule's type reads
+    // mutating route's time. The typed value holds only what the rule's type reads
     // (lists within its limits), so its tree is bounded by the type, not by the body.
     let tree = |object: &T, what: &str| {
         serde_json::to_value(object)

@@ -7,7 +7,7 @@
 //! but the spec) are skipped without being scanned again; the mutating route's patch finds the
 //! members it needs the same way. Read as one raw value, then as the rule's type, then again to
 //! prune it for the patch, an object had its every byte scanned three times: the mutating
-//! route cost 1.75 times a `serde_json::Value` parse of the whole review (issue 16).
+//! route cost 1.75 times a `serde_json::Value` parse of the whole review.
 
 use std::{borrow::Cow, fmt, marker::PhantomData, slice};
 
