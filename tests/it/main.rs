@@ -7,6 +7,7 @@ mod check;
 mod crd;
 mod dev;
 mod e2e;
+mod fields;
 mod fuzz;
 mod install;
 mod layout;
