@@ -3,6 +3,7 @@
 mod admission;
 mod alerts;
 mod binary;
+mod chaos;
 mod check;
 mod crd;
 mod dev;
@@ -13,6 +14,7 @@ mod install;
 mod layout;
 mod manifests;
 mod observe;
+mod oracle;
 mod pause;
 mod phase;
 mod rbac;

@@ -8,25 +8,19 @@
 //! equals its MyApp's newest spec at the end; `status.observedGeneration` never decreases in the
 //! watch history.
 
-use std::{
-    collections::HashMap,
-    process::Command,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeMap, process::Command, time::Duration};
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::{apps::v1::Deployment, coordination::v1::Lease, core::v1::Service};
+use futures::StreamExt;
 use kube::{
     Api,
-    api::{ListParams, Patch, PatchParams, PostParams},
-    runtime::{WatchStreamExt, watcher},
+    api::{Patch, PatchParams, PostParams},
 };
 use kube_sandbox::{RequestRecord, testing::eventually};
-use myapp_operator::crd::MyApp;
+use myapp_operator::crd::{MyApp, MyAppSpec};
 use serde_json::json;
 
-use crate::run::{Cluster, Replica, gauge};
+use crate::oracle::{GenerationHistory, differences};
+use crate::run::{Cluster, Replica, SHORT_LEASE, gauge};
 
 const APPS: usize = 60;
 /// Pause rounds, alternating which replica is paused; `PAUSE_ROUNDS` asks for more.
@@ -36,14 +30,6 @@ fn rounds() -> usize {
         .and_then(|n| n.parse().ok())
         .unwrap_or(3)
 }
-const LEASE: [&str; 6] = [
-    "--lease-duration",
-    "2s",
-    "--lease-renew-deadline",
-    "1500ms",
-    "--lease-retry-period",
-    "200ms",
-];
 
 fn image(round: usize, step: usize) -> String {
     format!("ghcr.io/example/web:{round}.{step}.0")
@@ -53,15 +39,6 @@ fn signal(replica: &Replica, signal: &str) {
     let pid = replica.process.0.id().to_string();
     let status = Command::new("kill").args([signal, &pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}");
-}
-
-async fn holder(cluster: &Cluster) -> Option<String> {
-    Api::<Lease>::namespaced(cluster.client(), "myapp-system")
-        .get_opt("myapp-operator")
-        .await
-        .ok()
-        .flatten()
-        .and_then(|lease| lease.spec?.holder_identity)
 }
 
 /// Edits every MyApp's image at once.
@@ -85,44 +62,23 @@ async fn set_images(apps: &Api<MyApp>, image: &str) {
         .await;
 }
 
-/// Whether every MyApp's Deployment runs `image`, its Service exists, and its status reports its
-/// current generation.
+/// Every MyApp as the test wrote it last: all of them running `image`.
+fn model(image: &str) -> BTreeMap<String, MyAppSpec> {
+    (0..APPS)
+        .map(|i| {
+            let app = MyApp::test(&format!("app-{i}"))
+                .replicas(Some(1))
+                .image(image);
+            (format!("app-{i}"), app.spec)
+        })
+        .collect()
+}
+
+/// Whether the cluster holds every MyApp of [`model`] and exactly its children, converged.
 async fn converged_on(cluster: &Cluster, image: &str) -> bool {
-    let client = cluster.client();
-    let params = ListParams::default();
-    let (Ok(apps), Ok(deployments), Ok(services)) = (
-        Api::<MyApp>::namespaced(client.clone(), "default")
-            .list(&params)
-            .await,
-        Api::<Deployment>::namespaced(client.clone(), "default")
-            .list(&params)
-            .await,
-        Api::<Service>::namespaced(client, "default")
-            .list(&params)
-            .await,
-    ) else {
-        return false;
-    };
-    let images: HashMap<String, String> = deployments
-        .into_iter()
-        .filter_map(|d| {
-            let container = d.spec?.template.spec?.containers.into_iter().next()?;
-            Some((d.metadata.name?, container.image?))
-        })
-        .collect();
-    let services: Vec<String> = services
-        .into_iter()
-        .filter_map(|s| s.metadata.name)
-        .collect();
-    apps.items.len() == APPS
-        && apps.items.iter().all(|app| {
-            let name = app.metadata.name.clone().unwrap_or_default();
-            app.spec.image == image
-                && images.get(&name).map(String::as_str) == Some(image)
-                && services.contains(&name)
-                && app.status.as_ref().and_then(|s| s.observed_generation)
-                    == app.metadata.generation
-        })
+    differences(&cluster.client(), &model(image))
+        .await
+        .is_empty()
 }
 
 fn is_write(record: &RequestRecord) -> bool {
@@ -169,35 +125,11 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
             .image(&image(0, 0));
         apps.create(&PostParams::default(), &app).await.unwrap();
     }
-    // observedGeneration per MyApp, as every watch event showed it.
-    let regressions = Arc::new(Mutex::new(Vec::<String>::new()));
-    let history = tokio::spawn({
-        let (apps, regressions) = (apps.clone(), regressions.clone());
-        async move {
-            let mut seen = HashMap::<String, i64>::new();
-            let mut events = watcher::watcher(apps, watcher::Config::default())
-                .applied_objects()
-                .boxed();
-            while let Ok(Some(app)) = events.try_next().await {
-                let name = app.metadata.name.clone().unwrap_or_default();
-                let Some(observed) = app.status.and_then(|s| s.observed_generation) else {
-                    continue;
-                };
-                let last = seen.entry(name.clone()).or_insert(observed);
-                if observed < *last {
-                    regressions
-                        .lock()
-                        .unwrap()
-                        .push(format!("{name}: {last} -> {observed}"));
-                }
-                *last = (*last).max(observed);
-            }
-        }
-    });
+    let history = GenerationHistory::watch(apps.clone());
 
     let replica = |identity: &str| {
         let mut args = vec!["--identity", identity, "--drain-delay", "0s"];
-        args.extend(LEASE);
+        args.extend(SHORT_LEASE);
         cluster.replica(&args)
     };
     // replica-0 and replica-1 are the tokens, in start order.
@@ -209,7 +141,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         converged_on(&cluster, &image(0, 0)).await.then_some(())
     })
     .await;
-    let mut leader = usize::from(holder(&cluster).await.as_deref() == Some("second"));
+    let mut leader = usize::from(cluster.lease_holder().await.as_deref() == Some("second"));
 
     for round in 1..=rounds() {
         let (paused, paused_name, paused_token) = &replicas[leader];
@@ -225,7 +157,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         };
         futures::join!(burst, freeze);
         eventually("the other replica takes the Lease", || async {
-            (holder(&cluster).await.as_deref() == Some(*rival_name)).then_some(())
+            (cluster.lease_holder().await.as_deref() == Some(*rival_name)).then_some(())
         })
         .await;
         // Newer specs, written by the new leader while the old one sleeps.
@@ -275,7 +207,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
             converged_on(&cluster, &newest).await,
             "round {round}: a child or status no longer matches the newest spec"
         );
-        assert_eq!(holder(&cluster).await.as_deref(), Some(*rival_name));
+        assert_eq!(cluster.lease_holder().await.as_deref(), Some(*rival_name));
         leader = 1 - leader;
     }
     assert_eq!(
@@ -283,9 +215,8 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         Vec::<String>::new(),
         "RBAC refused a replica's request"
     );
-    history.abort();
     assert_eq!(
-        *regressions.lock().unwrap(),
+        history.regressions(),
         Vec::<String>::new(),
         "observedGeneration went backwards"
     );

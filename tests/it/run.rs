@@ -21,6 +21,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, CustomResourceExt,
@@ -259,8 +260,19 @@ const WEBHOOK_SANS: [&str; 3] = [
     "myapp-operator-webhook.myapp-system.svc.cluster.local",
 ];
 
+/// Lease timings short enough for a test to see several hand-offs: a 2 s lease, renewed
+/// every 200 ms, given up 1.5 s after the last renewal began.
+pub(crate) const SHORT_LEASE: [&str; 6] = [
+    "--lease-duration",
+    "2s",
+    "--lease-renew-deadline",
+    "1500ms",
+    "--lease-retry-period",
+    "200ms",
+];
+
 /// How many replicas a test may start: each has its own token.
-const REPLICA_TOKENS: usize = 12;
+const REPLICA_TOKENS: usize = 64;
 
 /// An in-memory API server on loopback over HTTPS, as the replicas' "cluster", with
 /// `deploy/rbac.yaml` applied and enforced, and the webhook's serving certificate where
@@ -365,6 +377,16 @@ impl Cluster {
             .filter(|r| matches!(r.status, 401 | 403))
             .map(|r| format!("{} {} -> {} ({:?})", r.verb, r.path, r.status, r.token_id))
             .collect()
+    }
+
+    /// Who holds the operator's Lease now, if anyone.
+    pub(crate) async fn lease_holder(&self) -> Option<String> {
+        Api::<Lease>::namespaced(self.client(), "myapp-system")
+            .get_opt("myapp-operator")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|lease| lease.spec?.holder_identity)
     }
 
     pub(crate) async fn install_crd(&self) {
