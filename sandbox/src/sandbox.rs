@@ -300,7 +300,10 @@ impl Sandbox {
 
     /// The fault-injection and request-log handle.
     pub fn faults(&self) -> FaultHandle {
-        FaultHandle(self.inner.faults.clone())
+        FaultHandle {
+            faults: self.inner.faults.clone(),
+            store: self.inner.store.clone(),
+        }
     }
 
     /// Switches and knobs of the simulated Deployment controller.
@@ -428,11 +431,13 @@ impl Served {
         )
     }
 
-    /// Stops accepting connections, ends open watches, and waits for requests in flight.
+    /// Stops accepting connections, ends open watches, answers writes held by a stall, and
+    /// waits for requests in flight.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        self.sandbox.faults().release_stalled();
         let Some(mut task) = self.task.take() else {
             return Ok(());
         };
@@ -453,6 +458,8 @@ impl Drop for Served {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
+            // Their connections outlive the server task: they must not wait forever.
+            self.sandbox.faults().release_stalled();
         }
     }
 }

@@ -195,7 +195,7 @@ pub fn heap_bytes(value: &Value) -> usize {
 pub struct State {
     /// The last resourceVersion handed out.
     pub rv: u64,
-    objects: HashMap<Resource, BTreeMap<(String, String), Arc<Value>>>,
+    objects: Objects,
     log: VecDeque<(Arc<Event>, usize)>,
     log_bytes: usize,
     retention: Retention,
@@ -208,6 +208,10 @@ pub struct State {
     /// Owners being deleted in the foreground or orphaning, waiting for a collector pass.
     gc_queue: Vec<ObjectKey>,
     gc_running: bool,
+    /// Dependents (with their uid) whose owners include one of a kind not served, and none
+    /// that exists: checked again when a CRD registers, as the real collector retries them
+    /// until its REST mapper knows the kind.
+    unresolved_owners: Vec<(ObjectKey, String)>,
     /// The served resource types.
     pub registry: Registry,
     /// Built-in defaults, with the Service cluster IPs in use.
@@ -239,6 +243,7 @@ impl Store {
                 event_deadlines: HashMap::new(),
                 gc_queue: Vec::new(),
                 gc_running: false,
+                unresolved_owners: Vec::new(),
                 registry: Registry::builtin(),
                 defaulter: Defaulter::new(),
             }),
@@ -295,6 +300,56 @@ impl Drop for StoreGuard<'_> {
     }
 }
 
+type Objects = HashMap<Resource, BTreeMap<(String, String), Arc<Value>>>;
+
+fn objects_after<'a>(
+    objects: &'a Objects,
+    res: &Resource,
+    ns: Option<&'a str>,
+    after: Option<&(String, String)>,
+) -> impl Iterator<Item = (&'a (String, String), &'a Value)> + 'a {
+    use std::ops::Bound;
+    let start = match (after, ns) {
+        (Some(key), _) => Bound::Excluded(key.clone()),
+        (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+        (None, None) => Bound::Unbounded,
+    };
+    objects
+        .get(res)
+        .into_iter()
+        .flat_map(move |map| map.range((start.clone(), Bound::Unbounded)))
+        .take_while(move |((n, _), _)| ns.is_none_or(|ns| n == ns))
+        .map(|(k, v)| (k, &**v))
+}
+
+/// The store's objects frozen at one resourceVersion, as a lagging API server or watch cache
+/// still serves them.
+pub(crate) struct Snapshot {
+    /// The resourceVersion the objects are at.
+    pub(crate) rv: u64,
+    objects: Objects,
+}
+
+impl Snapshot {
+    /// One object.
+    pub(crate) fn get(&self, res: &Resource, ns: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(res)?
+            .get(&(ns.to_string(), name.to_string()))
+            .map(|v| &**v)
+    }
+
+    /// As [`State::list_after`].
+    pub(crate) fn list_after<'a>(
+        &'a self,
+        res: &Resource,
+        ns: Option<&'a str>,
+        after: Option<&(String, String)>,
+    ) -> impl Iterator<Item = (&'a (String, String), &'a Value)> + 'a {
+        objects_after(&self.objects, res, ns, after)
+    }
+}
+
 /// A watch asked for events older than the log keeps.
 #[derive(Debug)]
 pub struct Expired {
@@ -333,18 +388,15 @@ impl State {
         ns: Option<&'a str>,
         after: Option<&(String, String)>,
     ) -> impl Iterator<Item = (&'a (String, String), &'a Value)> + 'a {
-        use std::ops::Bound;
-        let start = match (after, ns) {
-            (Some(key), _) => Bound::Excluded(key.clone()),
-            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
-            (None, None) => Bound::Unbounded,
-        };
-        self.objects
-            .get(res)
-            .into_iter()
-            .flat_map(move |map| map.range((start.clone(), Bound::Unbounded)))
-            .take_while(move |((n, _), _)| ns.is_none_or(|ns| n == ns))
-            .map(|(k, v)| (k, &**v))
+        objects_after(&self.objects, res, ns, after)
+    }
+
+    /// The objects as they are now, at the current resourceVersion: shared, not copied.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            rv: self.rv,
+            objects: self.objects.clone(),
+        }
     }
 
     /// Objects of a resource, optionally in one namespace, in (namespace, name) order.
@@ -610,7 +662,9 @@ impl State {
     }
 
     /// The garbage collector's check of a written dependent: if the object (still that `uid`)
-    /// names owners and none of them exists any more, it is deleted.
+    /// names owners and none of them exists any more, it is deleted. When some owner is of a
+    /// kind not served (its CRD deleted), the real collector cannot tell and retries until the
+    /// kind resolves: the dependent waits for [`State::recheck_unresolved_owners`].
     pub fn collect_if_orphaned(&mut self, res: &Resource, ns: &str, name: &str, uid: &str) {
         let Some(obj) = self.get(res, ns, name) else {
             return;
@@ -623,28 +677,39 @@ impl State {
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        if !refs.is_empty() && !refs.iter().any(|r| self.owner_exists(r, ns)) {
+        let owners: Vec<Option<bool>> = refs.iter().map(|r| self.owner_exists(r, ns)).collect();
+        if owners.is_empty() || owners.contains(&Some(true)) {
+            return;
+        }
+        if owners.contains(&None) {
+            let key = (res.clone(), ns.to_owned(), name.to_owned());
+            self.unresolved_owners.push((key, uid.to_owned()));
+        } else {
             self.delete(res, ns, name, false);
         }
     }
 
-    /// Whether the object an owner reference names exists with that uid. An owner whose kind
-    /// is not served counts as existing: the real collector leaves such dependents alone too.
-    fn owner_exists(&self, owner: &Value, ns: &str) -> bool {
+    /// Checks again the dependents whose owner kinds were not served (after a CRD registers).
+    pub fn recheck_unresolved_owners(&mut self) {
+        for ((res, ns, name), uid) in std::mem::take(&mut self.unresolved_owners) {
+            self.collect_if_orphaned(&res, &ns, &name, &uid);
+        }
+    }
+
+    /// Whether the object an owner reference names exists with that uid; `None` when its
+    /// kind is not served, so nobody can tell.
+    fn owner_exists(&self, owner: &Value, ns: &str) -> Option<bool> {
         let api_version = owner["apiVersion"].as_str().unwrap_or("");
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         let kind = owner["kind"].as_str().unwrap_or("");
-        let Some(rt) = self
+        let rt = self
             .registry
             .all()
-            .find(|t| t.group == group && t.kind == kind)
-        else {
-            return true;
-        };
+            .find(|t| t.group == group && t.kind == kind)?;
         let owner_ns = if rt.namespaced { ns } else { "" };
         let name = owner["name"].as_str().unwrap_or("");
-        self.get(&rt.storage(), owner_ns, name)
-            .is_some_and(|o| o.pointer("/metadata/uid") == owner.get("uid"))
+        let found = self.get(&rt.storage(), owner_ns, name);
+        Some(found.is_some_and(|o| o.pointer("/metadata/uid") == owner.get("uid")))
     }
 
     /// The garbage collector: objects owned by `uid` lose that owner reference; those left with

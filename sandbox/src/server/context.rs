@@ -94,6 +94,8 @@ pub(super) struct Ctx {
     pub(super) attrs: Attributes,
     /// The field manager: `fieldManager`, else derived from the user agent.
     pub(super) field_manager: String,
+    /// The `User-Agent` header ("" when there is none): whom fault injection aims at.
+    pub(super) user_agent: String,
     /// A server-side apply's configuration: its writes record Apply ownership, not Update.
     pub(super) apply_config: Option<Value>,
 }
@@ -229,6 +231,16 @@ impl Selectors {
         })
     }
 
+    /// Selectors of a watch or list of a kind other than Events, parsed from their query text.
+    #[cfg(test)]
+    pub(super) fn parse(labels: &str, fields: &str) -> Self {
+        Selectors {
+            labels: LabelSelector::parse(labels).expect("a valid label selector"),
+            fields: FieldSelector::parse(fields).expect("a valid field selector"),
+            event_fields: false,
+        }
+    }
+
     fn fields_match(&self, obj: &Value) -> bool {
         if self.event_fields {
             self.fields
@@ -250,20 +262,35 @@ impl Selectors {
     /// The event type a watch with these selectors reports for a logged event, if any: an
     /// object entering the selection is ADDED, one leaving it DELETED.
     pub(super) fn event_type(&self, event: &Event) -> Option<&'static str> {
-        let now = self.matches(&event.object);
+        transition(self.selected_before(event), self.selected_after(event))
+    }
+
+    /// Whether the object was in the selection before `event`. Only labels are kept of the
+    /// object before a change: its fields are taken as they are after it.
+    pub(super) fn selected_before(&self, event: &Event) -> bool {
         match (event.kind, &event.previous_labels) {
+            (EventType::Added, _) => false,
             (EventType::Modified, Some(previous)) => {
-                let before =
-                    self.fields_match(&event.object) && self.labels.matches_labels(Some(previous));
-                match (before, now) {
-                    (true, true) => Some("MODIFIED"),
-                    (false, true) => Some("ADDED"),
-                    (true, false) => Some("DELETED"),
-                    (false, false) => None,
-                }
+                self.fields_match(&event.object) && self.labels.matches_labels(Some(previous))
             }
-            (kind, _) => now.then_some(kind.as_str()),
+            _ => self.matches(&event.object),
         }
+    }
+
+    /// Whether the object is in the selection after `event`.
+    pub(super) fn selected_after(&self, event: &Event) -> bool {
+        event.kind != EventType::Deleted && self.matches(&event.object)
+    }
+}
+
+/// The event a watch reports for an object that was (`before`) and is (`after`) in its
+/// selection, or was not and is not.
+pub(super) fn transition(before: bool, after: bool) -> Option<&'static str> {
+    match (before, after) {
+        (true, true) => Some("MODIFIED"),
+        (false, true) => Some("ADDED"),
+        (true, false) => Some("DELETED"),
+        (false, false) => None,
     }
 }
 

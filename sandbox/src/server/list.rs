@@ -26,6 +26,14 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
         None | Some("") => None,
         Some(token) => Some(ListContinue::decode(token)?),
     };
+    let ns = ctx.path.namespace.as_deref();
+    let after = from.as_ref().map(|f| &f.after);
+    if let Some(hold) = ctx.inner.faults.read_hold(&ctx.user_agent) {
+        // A lagging server has one version to offer, whatever was asked.
+        let snapshot = &hold.snapshot;
+        let objects = snapshot.list_after(&ctx.rt.storage(), ns, after);
+        return Ok(answer(ctx, &selectors, limit, snapshot.rv, objects));
+    }
     let mut state = ctx.inner.store.lock();
     if ctx.rt.kind == "Event" {
         // Expired Events are gone even when nothing has been written since.
@@ -48,10 +56,21 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
         }
         None => state.rv,
     };
-    let ns = ctx.path.namespace.as_deref();
-    let mut matching = state
-        .list_after(&ctx.rt.storage(), ns, from.as_ref().map(|f| &f.after))
-        .filter(|(_, o)| selectors.matches(o));
+    let objects = state.list_after(&ctx.rt.storage(), ns, after);
+    let list = answer(ctx, &selectors, limit, list_rv, objects);
+    drop(state);
+    Ok(list)
+}
+
+/// One page of `objects` (those after the continue key), as a list at version `list_rv`.
+fn answer<'a>(
+    ctx: &Ctx,
+    selectors: &Selectors,
+    limit: Option<usize>,
+    list_rv: u64,
+    objects: impl Iterator<Item = (&'a (String, String), &'a Value)>,
+) -> Response {
+    let mut matching = objects.filter(|(_, o)| selectors.matches(o));
     let mut page: Vec<&Value> = Vec::new();
     let mut last = None;
     for (key, object) in matching.by_ref() {
@@ -89,7 +108,7 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
     if ctx.table {
         let mut table = crate::table::table(&ctx.rt, &page, list_rv);
         table["metadata"] = metadata;
-        return Ok(json_response(StatusCode::OK, &table, &[]));
+        return json_response(StatusCode::OK, &table, &[]);
     }
     let items: Vec<Value> = page.into_iter().map(|o| ctx.present(o)).collect();
     let (api_version, kind) = if ctx.meta_only {
@@ -106,8 +125,7 @@ pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
         "metadata": metadata,
         "items": items,
     });
-    drop(state);
-    Ok(json_response(StatusCode::OK, &list, &[]))
+    json_response(StatusCode::OK, &list, &[])
 }
 
 /// Where the next page of a list starts: after the object `after` ((namespace, name)), in a

@@ -298,6 +298,10 @@ async fn resource(
             )));
         }
     };
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let mut ctx = Ctx {
         inner: inner.clone(),
         ns: path.namespace.clone().unwrap_or_default(),
@@ -313,13 +317,9 @@ async fn resource(
         attrs,
         field_manager: match query.get("fieldManager") {
             Some(manager) => manager.clone(),
-            None => crate::managed::manager_from_user_agent(
-                headers
-                    .get(header::USER_AGENT)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or(""),
-            ),
+            None => crate::managed::manager_from_user_agent(user_agent),
         },
+        user_agent: user_agent.to_owned(),
         apply_config: None,
     };
     if review::is_review(&ctx.rt) {
@@ -351,25 +351,54 @@ async fn resource(
     } else {
         body
     };
+    // A stalled client's write is held before anything else can refuse it, a queued fault
+    // included: that fault is for whoever writes after the release.
+    let slot = match is_write {
+        true => inner.faults.stall_write(&ctx.user_agent).await?,
+        false => None,
+    };
     let field_manager = query.get("fieldManager").map(String::as_str);
     if is_write && let Some(err) = inner.faults.take_write_fault(field_manager) {
         return Err(err);
     }
+    let answer = dispatch(&mut ctx, method, headers, &body).await;
+    // Counted once committed: a refused write or a dry run gives its slot back (on drop).
+    let code = match &answer {
+        Ok(response) => response.status().as_u16(),
+        Err(e) => e.code,
+    };
+    if let Some(slot) = slot
+        && code < 400
+        && !ctx.dry_run
+    {
+        slot.accept();
+    }
+    answer
+}
+
+/// Runs the verb a resource request names.
+async fn dispatch(
+    ctx: &mut Ctx,
+    method: &Method,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let query = &ctx.query;
     let has_name = ctx.path.name.is_some();
     if ctx.path.sub.as_deref() == Some("scale") {
-        return scale::scale_request(&mut ctx, method, headers, &body).await;
+        return scale::scale_request(ctx, method, headers, body).await;
     }
     match (method.clone(), has_name) {
         (Method::GET, false) => {
             if watching(query) {
-                watch::watch(&ctx)
+                watch::watch(ctx)
             } else {
-                list::list(&ctx)
+                list::list(ctx)
             }
         }
-        (Method::GET, true) => get::get(&ctx),
+        (Method::GET, true) => get::get(ctx),
         (Method::POST, false) => {
-            let obj = parse_body(&body)?;
+            let obj = parse_body(body)?;
             // etcd3's store refuses it (`ErrResourceVersionSetOnCreate`), a plain error the
             // handler answers as 500 with no reason; a dry run never reaches the store.
             if !ctx.dry_run
@@ -384,21 +413,21 @@ async fn resource(
                     "resourceVersion should not be set on objects to be created",
                 ));
             }
-            let created = create::create(&mut ctx, obj).await?;
+            let created = create::create(ctx, obj).await?;
             Ok(ctx.respond(StatusCode::CREATED, &created))
         }
         (Method::PUT, true) => {
-            let obj = parse_body(&body)?;
-            let (code, updated) = update::update(&mut ctx, obj).await?;
+            let obj = parse_body(body)?;
+            let (code, updated) = update::update(ctx, obj).await?;
             Ok(ctx.respond(code, &updated))
         }
         (Method::PATCH, true) => {
             let content_type = media_type(headers);
-            let (code, patched) = patch::patch_object(&mut ctx, &content_type, &body).await?;
+            let (code, patched) = patch::patch_object(ctx, &content_type, body).await?;
             Ok(ctx.respond(code, &patched))
         }
-        (Method::DELETE, true) => delete::delete_request(&mut ctx, &body).await,
-        (Method::DELETE, false) => delete::delete_collection(&mut ctx).await,
+        (Method::DELETE, true) => delete::delete_request(ctx, body).await,
+        (Method::DELETE, false) => delete::delete_collection(ctx).await,
         _ => Err(ApiError::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({method})"
         ))),

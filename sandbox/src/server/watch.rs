@@ -1,8 +1,9 @@
 //! Watch streams: replay from a resourceVersion (or synthetic ADDED events), then live events,
 //! one JSON object per line.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -11,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::context::{Ctx, Selectors, present};
+use super::context::{Ctx, Selectors, present, transition};
 use crate::status::ApiError;
-use crate::store::Event;
+use crate::store::{Event, Resource, meta_str};
 
 /// The API server's default watch length when the client sets no `timeoutSeconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -101,16 +102,10 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     }
     let rt = ctx.rt.clone();
     let meta_only = ctx.meta_only;
-    let namespace = ctx.path.namespace.clone();
-    let storage = rt.storage();
-    let selectors = std::sync::Arc::new(selectors);
-    let event_selectors = selectors.clone();
-    let event_type = move |e: &Event| {
-        if e.resource == storage && namespace.as_deref().is_none_or(|ns| ns == e.namespace) {
-            event_selectors.event_type(e)
-        } else {
-            None
-        }
+    let scope = Scope {
+        resource: rt.storage(),
+        namespace: ctx.path.namespace.clone(),
+        selectors,
     };
     let as_table = ctx.table;
     let served_as = (rt.api_version(), rt.kind.clone());
@@ -174,15 +169,23 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     };
 
     let inner = ctx.inner.clone();
+    let user_agent = ctx.user_agent.clone();
     let mut rv_rx = inner.store.subscribe();
     let mut close_rx = inner.faults.close_signal();
     close_rx.borrow_and_update();
+    let mut reads_rx = inner.faults.read_signal();
+    reads_rx.borrow_and_update();
+    // The read hold this watch was last under, if any (see `Faults::watch_view`).
+    let mut held_under = None;
 
     let mut first: Vec<Bytes> = Vec::new();
     let mut cursor;
     {
         let state = inner.store.lock();
-        cursor = state.rv;
+        let view = inner.faults.watch_view(&user_agent, &mut held_under);
+        // A held client's watch starts from the snapshot; one from beyond it waits.
+        let until = view.until().unwrap_or(state.rv);
+        cursor = until;
         match requested {
             Some(rv) if !send_initial => {
                 if inner.faults.take_expired_watch() {
@@ -192,12 +195,12 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                     ));
                 }
                 match state.events_since(rv) {
-                    Ok(events) => {
-                        for e in events.iter() {
-                            if let Some(kind) = event_type(e) {
-                                first.push(render_line(kind, &e.object, line_cache(kind, e)));
-                            }
+                    Ok(mut events) => {
+                        events.retain(|e| e.rv <= until);
+                        for (kind, e) in scope.select(&events, view.coalesce) {
+                            first.push(render_line(kind, &e.object, line_cache(kind, e)));
                         }
+                        cursor = cursor.max(rv);
                     }
                     Err(expired) => {
                         return Ok(stream_response(
@@ -208,8 +211,17 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                 }
             }
             _ => {
-                for obj in state.list(&rt.storage(), ctx.path.namespace.as_deref()) {
-                    if selectors.matches(obj) {
+                let ns = scope.namespace.as_deref();
+                let objects: Vec<&Value> = match &view.hold {
+                    Some(hold) => hold
+                        .snapshot
+                        .list_after(&scope.resource, ns, None)
+                        .map(|(_, o)| o)
+                        .collect(),
+                    None => state.list(&scope.resource, ns),
+                };
+                for obj in objects {
+                    if scope.selectors.matches(obj) {
                         first.push(render_line("ADDED", obj, None));
                     }
                 }
@@ -238,46 +250,108 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                 _ = close_rx.changed() => break,
                 _ = tokio::time::sleep_until(deadline) => break,
                 _ = tx.closed() => break,
-                changed = rv_rx.changed() => {
-                    if changed.is_err() {
-                        break;
+                changed = rv_rx.changed() => if changed.is_err() { break },
+                changed = reads_rx.changed() => if changed.is_err() { break },
+                _ = ticker.tick(), if bookmarks => {
+                    // A held watch that started beyond the snapshot claims nothing until the
+                    // release: its client holds no version the held server has reached.
+                    let hold = inner.faults.read_hold(&user_agent);
+                    let beyond = hold.is_some_and(|h| cursor > h.snapshot.rv);
+                    if !beyond && tx.send(line(&bookmark(cursor, false))).await.is_err() {
+                        return;
                     }
-                    // The events are shared (`Arc`): they are rendered after the lock is
-                    // released, so writers do not wait while every watcher serializes.
-                    let batch = {
-                        let state = inner.store.lock();
-                        let since = state.events_since(cursor);
-                        if since.is_ok() {
-                            cursor = state.rv;
-                        }
-                        since
-                    };
-                    match batch {
-                        Ok(events) => {
-                            for e in &events {
-                                let Some(kind) = event_type(e) else { continue };
-                                let line = render_line(kind, &e.object, line_cache(kind, e));
-                                if tx.send(line).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        // This watcher fell behind the log: tell it to relist.
-                        Err(expired) => {
-                            let _ = tx.send(line(&expired_event(cursor, expired.oldest))).await;
+                    continue;
+                }
+            }
+            // The events are shared (`Arc`): they are rendered after the lock is released, so
+            // writers do not wait while every watcher serializes.
+            let (batch, coalesce) = {
+                let state = inner.store.lock();
+                let view = inner.faults.watch_view(&user_agent, &mut held_under);
+                let until = view.until().unwrap_or(state.rv);
+                if until <= cursor {
+                    continue;
+                }
+                let since = state.events_since(cursor).map(|mut events| {
+                    events.retain(|e| e.rv <= until);
+                    events
+                });
+                if since.is_ok() {
+                    cursor = until;
+                }
+                (since, view.coalesce)
+            };
+            match batch {
+                Ok(events) => {
+                    for (kind, e) in scope.select(&events, coalesce) {
+                        let line = render_line(kind, &e.object, line_cache(kind, e));
+                        if tx.send(line).await.is_err() {
                             return;
                         }
                     }
                 }
-                _ = ticker.tick(), if bookmarks => {
-                    if tx.send(line(&bookmark(cursor, false))).await.is_err() {
-                        return;
-                    }
+                // This watcher fell behind the log: tell it to relist.
+                Err(expired) => {
+                    let _ = tx.send(line(&expired_event(cursor, expired.oldest))).await;
+                    return;
                 }
             }
         }
     });
     Ok(stream_response(Vec::new(), Some(rx)))
+}
+
+/// What one watch is of: a resource, maybe one namespace, and its selectors.
+struct Scope {
+    resource: Resource,
+    namespace: Option<String>,
+    selectors: Selectors,
+}
+
+impl Scope {
+    fn covers(&self, e: &Event) -> bool {
+        e.resource == self.resource && self.namespace.as_deref().is_none_or(|ns| ns == e.namespace)
+    }
+
+    /// The events of `events` (oldest first) this watch sends, with the type it sends each as.
+    /// Coalesced, it sends per object only its net change over them, carrying its newest state,
+    /// in the order of the newest events: an object deleted and created again (a new uid) is two
+    /// objects, so its client sees the old one go; one created and deleted is not sent at all.
+    fn select<'e>(
+        &self,
+        events: &'e [Arc<Event>],
+        coalesce: bool,
+    ) -> Vec<(&'static str, &'e Event)> {
+        let covered = events.iter().map(|e| &**e).filter(|e| self.covers(e));
+        if !coalesce {
+            return covered
+                .filter_map(|e| Some((self.selectors.event_type(e)?, e)))
+                .collect();
+        }
+        // Per (namespace, name, uid): its first and its last event.
+        let mut spans: HashMap<(&str, &str, &str), (&Event, &Event)> = HashMap::new();
+        for e in covered {
+            let key = (
+                e.namespace.as_str(),
+                meta_str(&e.object, "name").unwrap_or(""),
+                meta_str(&e.object, "uid").unwrap_or(""),
+            );
+            spans
+                .entry(key)
+                .and_modify(|span| span.1 = e)
+                .or_insert((e, e));
+        }
+        let mut sent: Vec<(&'static str, &Event)> = spans
+            .into_values()
+            .filter_map(|(first, last)| {
+                let before = self.selectors.selected_before(first);
+                let kind = transition(before, self.selectors.selected_after(last))?;
+                Some((kind, last))
+            })
+            .collect();
+        sent.sort_unstable_by_key(|(_, e)| e.rv);
+        sent
+    }
 }
 
 fn stream_response(lines: Vec<Bytes>, rx: Option<mpsc::Receiver<Bytes>>) -> Response {
@@ -299,6 +373,7 @@ fn stream_response(lines: Vec<Bytes>, rx: Option<mpsc::Receiver<Bytes>>) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::EventType;
 
     #[test]
     fn an_object_stored_as_served_is_written_as_the_presented_line_would_be() {
@@ -357,5 +432,114 @@ mod tests {
                 crate::store::heap_bytes(&obj)
             );
         }
+    }
+
+    /// A ConfigMap event in namespace `ns` at version `rv`, labelled `labels` after it (and, if
+    /// it is MODIFIED, app=web before it).
+    fn event(rv: u64, kind: EventType, name: &str, uid: &str, labels: Value) -> Arc<Event> {
+        event_from(rv, kind, name, uid, json!({"app": "web"}), labels)
+    }
+
+    fn event_from(
+        rv: u64,
+        kind: EventType,
+        name: &str,
+        uid: &str,
+        before: Value,
+        labels: Value,
+    ) -> Arc<Event> {
+        let previous_labels = (kind == EventType::Modified).then_some(before);
+        Arc::new(Event {
+            rv,
+            kind,
+            resource: (String::new(), "configmaps".into()),
+            namespace: "ns".into(),
+            object: Arc::new(
+                json!({"metadata": {"name": name, "namespace": "ns", "uid": uid,
+                                                 "resourceVersion": rv.to_string(), "labels": labels}}),
+            ),
+            previous_labels,
+            line: OnceLock::new(),
+        })
+    }
+
+    fn scope(labels: &str) -> Scope {
+        Scope {
+            resource: (String::new(), "configmaps".into()),
+            namespace: Some("ns".into()),
+            selectors: Selectors::parse(labels, ""),
+        }
+    }
+
+    fn sent(selected: Vec<(&'static str, &Event)>) -> Vec<(&'static str, u64)> {
+        selected.into_iter().map(|(kind, e)| (kind, e.rv)).collect()
+    }
+
+    #[test]
+    fn coalescing_sends_each_objects_net_change_at_its_newest_event() {
+        use EventType::{Added, Deleted, Modified};
+        let web = || json!({"app": "web"});
+        let events = [
+            event(10, Modified, "chain", "u1", web()),
+            event(11, Added, "brief", "u2", web()),
+            event(12, Modified, "chain", "u1", web()),
+            event(13, Deleted, "brief", "u2", web()),
+            event(14, Deleted, "reborn", "u3", web()),
+            event(15, Added, "reborn", "u4", web()),
+            event(16, Modified, "chain", "u1", web()),
+        ];
+        assert_eq!(
+            sent(scope("").select(&events, true)),
+            [("DELETED", 14), ("ADDED", 15), ("MODIFIED", 16)],
+            "a chain is its last state; created and deleted is nothing; a new uid is a new object"
+        );
+        assert_eq!(sent(scope("").select(&events, false)).len(), 7);
+    }
+
+    #[test]
+    fn coalescing_under_a_label_selector_reports_entering_and_leaving_it() {
+        use EventType::Modified;
+        let events = [
+            event(20, Modified, "leaves", "u1", json!({"app": "db"})),
+            event_from(
+                21,
+                Modified,
+                "leaves",
+                "u1",
+                json!({"app": "db"}),
+                json!({"app": "db", "x": "1"}),
+            ),
+            event(22, Modified, "stays", "u2", json!({"app": "web"})),
+            event_from(
+                23,
+                Modified,
+                "enters",
+                "u3",
+                json!({"app": "db"}),
+                json!({"app": "web"}),
+            ),
+            event(
+                24,
+                Modified,
+                "enters",
+                "u3",
+                json!({"app": "web", "x": "1"}),
+            ),
+        ];
+        assert_eq!(
+            sent(scope("app=web").select(&events, true)),
+            [("DELETED", 21), ("MODIFIED", 22), ("ADDED", 24)],
+            "what left the selection is DELETED, though its last change was outside it; what \
+             entered it is ADDED, though its last change was inside it"
+        );
+        assert_eq!(
+            sent(scope("app=web").select(&events, false)),
+            [
+                ("DELETED", 20),
+                ("MODIFIED", 22),
+                ("ADDED", 23),
+                ("MODIFIED", 24)
+            ]
+        );
     }
 }

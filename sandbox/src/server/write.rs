@@ -431,9 +431,11 @@ pub(super) fn after_write(ctx: &Ctx, state: &mut StoreState, stored: &Value) {
     if ctx.rt.group == "apiextensions.k8s.io"
         && ctx.rt.plural == "customresourcedefinitions"
         && let Ok(crd) = serde_json::from_value::<CustomResourceDefinition>(stored.clone())
-        && let Err(e) = state.registry.register_crd(&crd)
     {
-        tracing::warn!(error = %e.0, "CRD registration failed after validation");
+        match state.registry.register_crd(&crd) {
+            Ok(()) => state.recheck_unresolved_owners(),
+            Err(e) => tracing::warn!(error = %e.0, "CRD registration failed after validation"),
+        }
     }
 }
 

@@ -200,7 +200,7 @@ impl State {
             let other_owner_lives = refs
                 .iter()
                 .filter(|r| r["uid"] != uid)
-                .any(|r| self.owner_exists(r, &ns));
+                .any(|r| self.owner_exists(r, &ns) != Some(false));
             if other_owner_lives {
                 self.drop_owner_reference(&res, &ns, &name, uid);
                 continue;

@@ -1,15 +1,18 @@
 //! Fault injection: closed watches, expired resourceVersions, failing writes, the request log.
 
 use crate::support::fixtures;
+use crate::support::webhook::{SERVICE, Webhook};
 
 use std::collections::BTreeSet;
 
 use fixtures::client;
 use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube_sandbox::admission::ServiceRef;
 use kube_sandbox::testing::eventually;
 use kube_sandbox::{Sandbox, WriteFault};
 use serde_json::json;
@@ -347,4 +350,279 @@ async fn request_counts_keep_every_request_by_client_after_the_log_drops_the_old
     assert_eq!(faults.request_counts().len(), 0);
     assert_eq!(faults.requests_dropped(), 0);
     served.shutdown().await.unwrap();
+}
+
+/// A client of the served sandbox that sends `user_agent` and does not retry: kube's default
+/// client retries a 503, which is what a stalled write is answered with.
+fn client_without_retries(served: &kube_sandbox::Served, user_agent: &'static str) -> kube::Client {
+    let url = format!("http://{}", served.addr()).parse().unwrap();
+    let mut config = kube::Config::new(url);
+    config.default_retry = false;
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(user_agent),
+    ));
+    kube::Client::try_from(config).unwrap()
+}
+
+/// The names of the ConfigMaps in default, as the store holds them.
+async fn names(cms: &Api<ConfigMap>) -> BTreeSet<String> {
+    let list = cms.list(&Default::default()).await.unwrap();
+    list.items.iter().map(ResourceExt::name_any).collect()
+}
+
+#[tokio::test]
+async fn a_write_stall_lets_k_concurrent_writes_land_and_refuses_the_rest_once_released() {
+    // A mutating webhook keeps each create in flight (in admission) while the others arrive: a
+    // write that finds k slots taken by writes not yet committed must be held too.
+    let webhook = Webhook::start().await;
+    let sandbox = Sandbox::builder()
+        .webhook_service(
+            ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
+            webhook.address,
+        )
+        .build();
+    let (mutating, _) = webhook.configurations("", "configmaps");
+    Api::<MutatingWebhookConfiguration>::all(client(&sandbox))
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(mutating).unwrap(),
+        )
+        .await
+        .unwrap();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let faults = sandbox.faults();
+    faults.stall_writes_after("crashing-operator", 2);
+    let stalled: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&served, "crashing-operator/1.0"));
+    let bystander: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&served, "bystander/1.0"));
+
+    let creates = tokio::spawn({
+        let stalled = stalled.clone();
+        async move {
+            let creates = (0..5).map(|i| {
+                let stalled = stalled.clone();
+                async move {
+                    let name = format!("c-{i}");
+                    let created = stalled
+                        .create(&PostParams::default(), &config_map(&name))
+                        .await;
+                    (name, created)
+                }
+            });
+            futures::future::join_all(creates).await
+        }
+    });
+    eventually("three of the five writes held, two committed", || async {
+        (faults.writes_held() == 3 && faults.stalled_writes_accepted() == 2).then_some(())
+    })
+    .await;
+    // Reads of the stalled client, and writes of others, pass.
+    assert_eq!(names(&stalled).await.len(), 2);
+    bystander
+        .create(&PostParams::default(), &config_map("bystander"))
+        .await
+        .expect("another client writes");
+
+    faults.release_stalled();
+    let results = creates.await.unwrap();
+    let landed: BTreeSet<String> = results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(name, _)| name.clone())
+        .collect();
+    assert_eq!(landed.len(), 2, "{results:?}");
+    for (_, refused) in results.iter().filter(|(_, r)| r.is_err()) {
+        assert!(
+            matches!(refused, Err(kube::Error::Api(s))
+                if s.code == 503 && s.reason == "ServiceUnavailable" && s.message.contains("stall")),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(faults.writes_held(), 0);
+    let reviewed: BTreeSet<String> = webhook
+        .reviews
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(_, review)| review["request"]["name"].as_str().map(str::to_owned))
+        .filter(|name| name.starts_with("c-"))
+        .collect();
+    assert_eq!(reviewed, landed, "held writes never reach admission");
+    let mut expected = landed.clone();
+    expected.insert("bystander".into());
+    assert_eq!(names(&stalled).await, expected, "a held write never lands");
+
+    stalled
+        .create(&PostParams::default(), &config_map("after-release"))
+        .await
+        .expect("the release disarms the stall");
+    assert_eq!(
+        faults.stalled_writes_accepted(),
+        2,
+        "a disarmed stall counts no more"
+    );
+    served.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_write_stall_counts_only_accepted_writes_of_any_verb_and_holds_the_next() {
+    let sandbox = Sandbox::new();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let faults = sandbox.faults();
+    faults.stall_writes_after("crashing-operator", 2);
+    let stalled: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&served, "crashing-operator/1.0"));
+    stalled
+        .create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    let exists = stalled
+        .create(&PostParams::default(), &config_map("a"))
+        .await;
+    assert!(
+        matches!(&exists, Err(kube::Error::Api(s)) if s.code == 409),
+        "{exists:?}"
+    );
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let data = |v: &str| Patch::Merge(json!({"data": {"k": v}}));
+    stalled.patch("a", &dry_run, &data("dry")).await.unwrap();
+    assert_eq!(
+        faults.stalled_writes_accepted(),
+        1,
+        "a refused write and a dry run are not counted"
+    );
+    stalled
+        .patch("a", &PatchParams::default(), &data("last"))
+        .await
+        .unwrap();
+    assert_eq!(faults.stalled_writes_accepted(), 2);
+
+    let delete = tokio::spawn({
+        let stalled = stalled.clone();
+        async move { stalled.delete("a", &Default::default()).await }
+    });
+    eventually("the delete is held", || async {
+        (faults.writes_held() == 1).then_some(())
+    })
+    .await;
+    faults.release_stalled();
+    let refused = delete.await.unwrap();
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 503),
+        "{refused:?}"
+    );
+    let a = stalled
+        .get("a")
+        .await
+        .expect("the held delete was not carried out");
+    assert_eq!(a.data.unwrap()["k"], "last");
+    served.shutdown().await.unwrap();
+}
+
+/// The next event of a watch, or None when none comes within half a second.
+async fn next_event(
+    events: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Unpin),
+) -> Option<WatchEvent<ConfigMap>> {
+    let next = tokio::time::timeout(std::time::Duration::from_millis(500), events.next());
+    next.await.ok().flatten().map(Result::unwrap)
+}
+
+/// Holds the reads of a client, changes a ConfigMap three times with another, checks what the
+/// held client sees, releases, and returns the `data.k` of each event its watch then sends.
+async fn modified_under_a_read_hold(coalesce: bool) -> Vec<(String, String)> {
+    let sandbox = Sandbox::new();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let faults = sandbox.faults();
+    let held: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&served, "lagging-reader/1.0"));
+    let writer: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&served, "writer/1.0"));
+    let data = |v: &str| Patch::Merge(json!({"data": {"k": v}}));
+    writer
+        .create(&PostParams::default(), &config_map("cm"))
+        .await
+        .unwrap();
+    writer
+        .patch("cm", &PatchParams::default(), &data("v0"))
+        .await
+        .unwrap();
+
+    faults.hold_reads("lagging-reader");
+    let h = sandbox.resource_version().to_string();
+    let mut watch = held
+        .watch(&WatchParams::default(), &h)
+        .await
+        .unwrap()
+        .boxed();
+    for v in ["v1", "v2", "v3"] {
+        writer
+            .patch("cm", &PatchParams::default(), &data(v))
+            .await
+            .unwrap();
+    }
+    let live = writer.list(&Default::default()).await.unwrap();
+    assert_ne!(live.metadata.resource_version.as_deref(), Some(h.as_str()));
+    assert_eq!(writer.get("cm").await.unwrap().data.unwrap()["k"], "v3");
+
+    let list = held.list(&Default::default()).await.unwrap();
+    assert_eq!(list.metadata.resource_version.as_deref(), Some(h.as_str()));
+    assert_eq!(list.items[0].data.as_ref().unwrap()["k"], "v0");
+    assert_eq!(held.get("cm").await.unwrap().data.unwrap()["k"], "v0");
+    assert!(
+        next_event(&mut watch).await.is_none(),
+        "a held watch sends nothing newer than the snapshot"
+    );
+    // A watch from a version the held client cannot have reached waits for the release.
+    let beyond = live.metadata.resource_version.unwrap();
+    let mut from_beyond = held
+        .watch(&WatchParams::default(), &beyond)
+        .await
+        .unwrap()
+        .boxed();
+
+    faults.release_reads(coalesce);
+    let mut seen = Vec::new();
+    while let Some(event) = next_event(&mut watch).await {
+        let (kind, cm) = match event {
+            WatchEvent::Added(cm) => ("ADDED", cm),
+            WatchEvent::Modified(cm) => ("MODIFIED", cm),
+            WatchEvent::Deleted(cm) => ("DELETED", cm),
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        };
+        seen.push((kind.to_owned(), cm.data.unwrap()["k"].clone()));
+    }
+    assert_eq!(held.get("cm").await.unwrap().data.unwrap()["k"], "v3");
+    writer
+        .patch("cm", &PatchParams::default(), &data("v4"))
+        .await
+        .unwrap();
+    match next_event(&mut from_beyond).await {
+        Some(WatchEvent::Modified(cm)) => assert_eq!(cm.data.unwrap()["k"], "v4"),
+        other => panic!("the watch from beyond the snapshot resumes after it: {other:?}"),
+    }
+    served.shutdown().await.unwrap();
+    seen
+}
+
+#[tokio::test]
+async fn held_reads_serve_the_snapshot_and_a_coalescing_release_sends_only_the_last_state() {
+    assert_eq!(
+        modified_under_a_read_hold(true).await,
+        [("MODIFIED".to_owned(), "v3".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn held_reads_serve_the_snapshot_and_a_plain_release_sends_every_withheld_event() {
+    let modified = |v: &str| ("MODIFIED".to_owned(), v.to_owned());
+    assert_eq!(
+        modified_under_a_read_hold(false).await,
+        [modified("v1"), modified("v2"), modified("v3")]
+    );
 }

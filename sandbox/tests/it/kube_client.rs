@@ -841,6 +841,50 @@ async fn a_dependent_written_after_its_owner_is_gone_is_collected() {
 }
 
 #[tokio::test]
+async fn a_dependent_of_a_custom_kind_whose_crd_went_is_collected_once_the_kind_is_served_again() {
+    let sandbox = Sandbox::new();
+    let client = client(&sandbox);
+    install_crd(&client).await;
+    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let owner = widgets
+        .create(&PostParams::default(), &widget("w1", 1, "hi"))
+        .await
+        .unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let crd_name = <Widget as kube::CustomResourceExt>::crd_name();
+    crds.delete(crd_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the CRD is gone", || async {
+        crds.get_opt(crd_name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // A controller with a stale cache writes a child of the Widget while its kind is not
+    // served: nobody can tell yet whether the owner exists.
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let mut child = ConfigMap::default();
+    child.metadata.name = Some("child".into());
+    child.metadata.owner_references = owner.controller_owner_ref(&()).map(|r| vec![r]);
+    cms.create(&PostParams::default(), &child).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        cms.get_opt("child").await.unwrap().is_some(),
+        "collected while its owner's kind was unknown"
+    );
+    // Once the kind is served again, the owner's absence is plain and the child goes.
+    install_crd(&client).await;
+    eventually("the child of the gone Widget is collected", || async {
+        cms.get_opt("child").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn delete_answers_the_object_while_finalizers_remain_and_a_status_once_gone() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
