@@ -2,7 +2,9 @@
 //! the leader is killed (SIGKILL) at a seeded moment in the middle of a burst of creates, edits
 //! and deletes, and a fresh replica takes its place. After each kill the cluster converges on
 //! exactly what the test wrote: no lost write, no duplicate or orphaned child, every child
-//! owned by its MyApp and equal to its spec, `observedGeneration` never decreasing.
+//! owned by its MyApp and equal to its spec, `observedGeneration` never decreasing. A child
+//! created for a MyApp deleted a moment before (no precondition can stop that create) is
+//! counted, at most one of each kind per deleted MyApp, and collected.
 //!
 //! `CHAOS_KILLS` asks for more kills (default 4), `CHAOS_SEED` for another sequence.
 
@@ -150,6 +152,7 @@ async fn the_leader_killed_mid_burst_loses_no_write_and_leaves_no_stray_child() 
         }
     };
     converged(&model).await;
+    let (mut orphans, mut deletions) = (0, 0);
 
     for kill in 0..kills {
         let leader = eventually("a replica leads", || async {
@@ -163,6 +166,13 @@ async fn the_leader_killed_mid_burst_loses_no_write_and_leaves_no_stray_child() 
         let ops: Vec<Op> = (0..BURST)
             .map(|i| Op::pick(&mut rng, &mut model, &mut taken, (kill, i)))
             .collect();
+        let deleted: Vec<String> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Delete(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
         let at = std::time::Duration::from_millis(rng.below(60));
         let burst = futures::stream::iter(ops)
             .map(|op| op.send(apps.clone()))
@@ -173,13 +183,34 @@ async fn the_leader_killed_mid_burst_loses_no_write_and_leaves_no_stray_child() 
             tokio::time::sleep(at).await;
             victim.process.0.kill().unwrap();
         };
+        let from = cluster.sandbox.faults().requests().len();
         futures::join!(burst, kill_it);
         let (identity, mut dead) = replicas.swap_remove(leader);
         dead.process.0.wait().unwrap();
         eprintln!("kill {kill}: {identity} killed {at:?} into a burst of {BURST} writes");
         replicas.push(start(format!("r-{}", kill + 2)));
         converged(&model).await;
+        // Children created for a MyApp the burst deleted (the controller planned from a cache
+        // that still held it): at most one of each kind per deleted MyApp, and the collector
+        // removed them (the cluster converged).
+        let requests = &cluster.sandbox.faults().requests()[from..];
+        deletions += deleted.len();
+        for name in &deleted {
+            let created: Vec<_> = requests
+                .iter()
+                .filter(|r| r.name.as_deref() == Some(name.as_str()) && r.status == 201)
+                .filter(|r| matches!(r.resource.as_deref(), Some("deployments" | "services")))
+                .filter(|r| r.field_manager.is_some())
+                .map(|r| r.resource.clone().unwrap_or_default())
+                .collect();
+            orphans += created.len();
+            assert!(
+                !created.iter().enumerate().any(|(i, r)| created[..i].contains(r)),
+                "{name}: a child created twice: {created:?}"
+            );
+        }
     }
+    eprintln!("{orphans} children created for the {deletions} MyApps deleted, after their deletion");
     assert_eq!(
         cluster.refused_replica_requests(),
         Vec::<String>::new(),
