@@ -205,12 +205,17 @@ async fn the_leader_killed_mid_burst_loses_no_write_and_leaves_no_stray_child() 
                 .collect();
             orphans += created.len();
             assert!(
-                !created.iter().enumerate().any(|(i, r)| created[..i].contains(r)),
+                !created
+                    .iter()
+                    .enumerate()
+                    .any(|(i, r)| created[..i].contains(r)),
                 "{name}: a child created twice: {created:?}"
             );
         }
     }
-    eprintln!("{orphans} children created for the {deletions} MyApps deleted, after their deletion");
+    eprintln!(
+        "{orphans} children created for the {deletions} MyApps deleted, after their deletion"
+    );
     assert_eq!(
         cluster.refused_replica_requests(),
         Vec::<String>::new(),
