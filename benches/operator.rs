@@ -1,18 +1,20 @@
 //! Load benchmark of the operator binary the image ships, against a kube-sandbox served on
 //! loopback.
 //!
-//! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time
-//! to the first admitted review after process start, idle RSS, create and convergence times for
-//! APPS MyApps, the operator's object writes, Events, reads and reconciles per MyApp and its
-//! peak requests in flight, RSS with everything cached, its requests during a resync of every
-//! MyApp, time, RSS peak and requests of a forced relist of every watch, and the rate of a
-//! no-op loader making the same creates and writes through the same sandbox, alone (the
-//! operator is stopped by then), its writes over HTTPS as the operator's, timed like the
-//! operator from the first create; for both runs, the CPU per MyApp of each process and how
-//! the machine spent its time (busy, idle, stolen by the hypervisor), since on a shared machine
-//! both rates stand as the CPU each run costs. Convergence is read from the sandbox's store in
-//! memory, not through its API, so checking it costs the machine little. Numbers are printed,
-//! never asserted; a figure the bench cannot attribute to the operator (see
+//! `cargo bench --bench operator -- [APPS] [CONCURRENCY]` (defaults 1000 and 4). Reports: time to
+//! the first admitted review after process start, idle RSS, create and convergence times for APPS
+//! MyApps, the operator's object writes, Events, reads and reconciles per MyApp and its peak
+//! requests in flight, RSS with everything cached, its requests during a resync of every MyApp,
+//! time, RSS peak and requests of a forced relist of every watch, edits during rollouts (every
+//! MyApp's image edited twice, the second time while the first edit's rollout runs: time to
+//! converge, the operator's requests, its writes the sandbox refused, 409 Conflict apart, per 1,000
+//! edits, and its CPU), and the rate of a no-op loader making the same creates and writes through
+//! the same sandbox, alone (the operator is stopped by then), its writes over HTTPS as the
+//! operator's, timed like the operator from the first create; for both runs, the CPU per MyApp of
+//! each process and how the machine spent its time (busy, idle, stolen by the hypervisor), since on
+//! a shared machine both rates stand as the CPU each run costs. Convergence is read from the
+//! sandbox's store in memory, not through its API, so checking it costs the machine little. Numbers
+//! are printed, never asserted; a figure the bench cannot attribute to the operator (see
 //! `operator/requests.rs`) or a wait that passes its deadline fails the bench with a message
 //! instead.
 //!
@@ -25,6 +27,8 @@
 //! template takes; default 1500, longer than a second as in a cluster, so the operator's
 //! writes while a rollout runs are counted as a cluster would draw them).
 
+#[path = "operator/edits.rs"]
+mod edits;
 #[path = "operator/probe.rs"]
 mod probe;
 #[path = "operator/requests.rs"]
@@ -157,7 +161,10 @@ fn app(i: usize) -> MyApp {
     MyApp::test(&name(i))
 }
 
-/// Creates `apps` MyApps in `namespace`, 32 at a time, and hands each to `created`.
+/// How many of the bench's creates (and edits) are in flight at once.
+const AT_ONCE: usize = 32;
+
+/// Creates `apps` MyApps in `namespace`, [`AT_ONCE`] at a time, and hands each to `created`.
 ///
 /// Each create is a task of its own. The bench's client calls the sandbox in process, and a
 /// request is served by the task that awaits it: awaited in place, every create (and every
@@ -169,7 +176,7 @@ where
 {
     let api = Api::<MyApp>::namespaced(client.clone(), namespace);
     stream::iter(0..apps)
-        .for_each_concurrent(32, |i| {
+        .for_each_concurrent(AT_ONCE, |i| {
             let (api, created) = (api.clone(), created.clone());
             let create = tokio::spawn(async move {
                 match api.create(&PostParams::default(), &app(i)).await {
@@ -482,6 +489,51 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let relisted_rss = rss(pid);
     let cpu_relist = cpu_seconds(pid)? - cpu_before;
 
+    // Edits during rollouts: every MyApp's image edited, then edited again while the rollout of
+    // the first edit runs (see `operator/edits.rs`), until every MyApp converged on the last.
+    // Refused writes are counted by the sandbox's answers, not the operator's metrics.
+    sandbox.faults().clear_requests();
+    let cpu_before = cpu_seconds(pid)?;
+    let names: Vec<String> = (0..apps).map(name).collect();
+    let edits_start = Instant::now();
+    let rolling =
+        edits::during_rollouts(&client, &sandbox, "load", &names, AT_ONCE, deadline(apps)).await?;
+    let mut observed = probe::Observed::start(&sandbox, "load", names);
+    let what = format!("convergence of every MyApp on {}", edits::IMAGES[1]);
+    wait_until(&what, deadline(apps), poll, || {
+        std::future::ready(observed.unconverged())
+    })
+    .await
+    .map_err(|e| format!("{e} ({} of {apps} not converged)", observed.waiting()))?;
+    let edited_after = edits_start.elapsed();
+    let cpu_edits = cpu_seconds(pid)? - cpu_before;
+    let edited = requests::of(&sandbox, &agent);
+    let conflicts = requests::answered(&sandbox, &agent, |status| status == 409);
+    let refused = requests::answered(&sandbox, &agent, |status| status >= 400 && status != 409);
+    let refused_statuses = requests::refused_statuses(&sandbox, &agent, 409);
+    if edited.object_writes() == 0 {
+        let what = format!("the writes that converged {apps} edited MyApps");
+        return Err(requests::unattributed(&sandbox, &agent, &what));
+    }
+    let others = requests::others_writes(&sandbox, &agent);
+    if others > 0 {
+        return Err(format!(
+            "{others} writes of Deployments, Services, MyApp status or Events during the edits \
+             came from user agents other than {agent:?}, so the operator's count is incomplete. \
+             Requests by user agent: {}. How: {}",
+            requests::seen_agents(&sandbox),
+            requests::HOW
+        ));
+    }
+    if rolling == 0 {
+        return Err(format!(
+            "edits during rollouts: none of the {apps} second edits found the first edit's \
+             rollout running (the Deployment's status had observed its generation), so the \
+             phase measured edits after rollouts; a longer MYAPP_BENCH_ROLLOUT_MS (now \
+             {rollout:?}) keeps them running"
+        ));
+    }
+
     // The loader runs alone. A running operator would reconcile the baseline MyApps as well,
     // competing with the loader for the sandbox and writing their children before it.
     drop(child);
@@ -608,6 +660,35 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         "operator requests during the relist: {}; CPU until every MyApp was reconciled again {cpu_relist:.2} s = {:.3} ms per MyApp",
         relist.per_app(apps),
         per_app_ms(cpu_relist)
+    );
+    let edits_made = 2 * apps;
+    let per_edits = |n: u64| n as f64 * 1000.0 / edits_made as f64;
+    println!(
+        "edits during rollouts: every MyApp's image edited to {}, then to {} while its \
+         Deployment's rollout of the first ran ({rolling} of {apps} second edits found it \
+         running; {edits_made} edits, {AT_ONCE} at a time, in process); all converged on the \
+         last {edited_after:?} after the first edit",
+        edits::IMAGES[0],
+        edits::IMAGES[1]
+    );
+    println!(
+        "operator requests during the edits: {}",
+        edited.per_app(apps)
+    );
+    let conflicted = conflicts.writes() + conflicts.reads + conflicts.watches;
+    println!(
+        "answers to the operator during the edits (the sandbox's count): 409 Conflict \
+         {conflicted} = {:.1} per 1,000 edits (child writes {}, status writes {}, Events {}, other writes {}); \
+         other refused writes (4xx/5xx) {} = {:.1} per 1,000 edits ({refused_statuses}); CPU \
+         {cpu_edits:.2} s = {:.3} ms per MyApp",
+        per_edits(conflicted),
+        conflicts.child_writes,
+        conflicts.status_writes,
+        conflicts.events,
+        conflicts.other_writes,
+        refused.writes(),
+        per_edits(refused.writes()),
+        per_app_ms(cpu_edits)
     );
     println!(
         "no-op loader (same creates; 2 child applies, 1 status write, 1 Event each over HTTPS; same concurrency; from first create to last write): {loader:?} = {loader_rate:.0} apps/s; operator {operator_rate:.0} apps/s = {:.2}x",

@@ -1,10 +1,11 @@
 //! Attribution: which of the sandbox's requests the operator made, by its `User-Agent`.
 //!
-//! The sandbox counts every request by user agent, verb, resource and subresource, without the
-//! request log's truncation. The operator sends one `User-Agent` on every request (its applies,
-//! status writes, Events, lists and watches), so nothing it does escapes the count, whatever
-//! field manager it writes under. A phase that should show the operator's requests and shows
-//! none fails the bench with the user agents the sandbox did see.
+//! The sandbox counts every request by user agent, verb, resource and subresource, and every answer
+//! by those and its HTTP status, without the request log's truncation. The operator sends one
+//! `User-Agent` on every request (its applies, status writes, Events, lists and watches), so
+//! nothing it does escapes the count, whatever field manager it writes under. A phase that should
+//! show the operator's requests and shows none fails the bench with the user agents the sandbox did
+//! see.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +39,11 @@ impl Requests {
         self.child_writes + self.status_writes + self.other_writes
     }
 
+    /// Every write: object writes and Events.
+    pub fn writes(&self) -> u64 {
+        self.object_writes() + self.events
+    }
+
     /// One line: per kind, in total and per MyApp.
     pub fn per_app(&self, apps: usize) -> String {
         let per = |n: u64| n as f64 / apps as f64;
@@ -67,8 +73,24 @@ fn is_write(verb: &str) -> bool {
 
 /// The requests of `agent` since the sandbox's last `clear_requests`.
 pub fn of(sandbox: &Sandbox, agent: &str) -> Requests {
+    tally(sandbox.faults().request_counts(), agent)
+}
+
+/// The requests of `agent` since the sandbox's last `clear_requests` whose answer's HTTP status
+/// passes `status` (by the sandbox's counts of answers, not the operator's own metrics, so an
+/// operator build without such a metric is measured alike).
+pub fn answered(sandbox: &Sandbox, agent: &str, status: impl Fn(u16) -> bool) -> Requests {
+    let counts = sandbox.faults().status_counts().into_iter();
+    tally(
+        counts.filter_map(|((key, code), n)| status(code).then_some((key, n))),
+        agent,
+    )
+}
+
+/// The requests of `agent` among `counts`, by kind.
+fn tally(counts: impl IntoIterator<Item = (RequestKey, u64)>, agent: &str) -> Requests {
     let mut requests = Requests::default();
-    for (key, n) in sandbox.faults().request_counts() {
+    for (key, n) in counts {
         if key.user_agent.as_deref() != Some(agent) {
             continue;
         }
@@ -127,6 +149,29 @@ pub fn others_writes(sandbox: &Sandbox, agent: &str) -> u64 {
         })
         .map(|(_, n)| n)
         .sum()
+}
+
+/// The HTTP statuses of `agent`'s writes answered 400 or above, except `except`, with their
+/// counts: "422: 3, 500: 1", or "none".
+pub fn refused_statuses(sandbox: &Sandbox, agent: &str, except: u16) -> String {
+    let mut statuses = BTreeMap::<u16, u64>::new();
+    for ((key, status), n) in sandbox.faults().status_counts() {
+        if key.user_agent.as_deref() == Some(agent)
+            && is_write(&key.verb)
+            && status >= 400
+            && status != except
+        {
+            *statuses.entry(status).or_default() += n;
+        }
+    }
+    if statuses.is_empty() {
+        return "none".into();
+    }
+    statuses
+        .iter()
+        .map(|(status, n)| format!("{status}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Every user agent the sandbox saw since the last clear, with its request count.

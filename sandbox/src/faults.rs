@@ -138,8 +138,9 @@ struct FaultState {
     log_capacity: usize,
     /// Requests dropped from the front of `requests` since the last clear.
     dropped: u64,
-    /// Every request since the last clear, counted by client and kind (never truncated).
-    counts: HashMap<RequestKey, u64>,
+    /// Every request since the last clear, counted by client, kind and the HTTP status of its
+    /// answer (never truncated).
+    counts: HashMap<(RequestKey, u16), u64>,
     /// Per user agent: requests being served now, and the most at once since the last clear.
     in_flight: HashMap<String, (usize, usize)>,
     /// The current or last write stall.
@@ -241,7 +242,9 @@ impl Faults {
 
     pub(crate) fn record(&self, record: RequestRecord) {
         let mut s = self.lock();
-        *s.counts.entry(RequestKey::of(&record)).or_default() += 1;
+        *s.counts
+            .entry((RequestKey::of(&record), record.status))
+            .or_default() += 1;
         if s.requests.len() >= s.log_capacity {
             s.requests.pop_front();
             s.dropped += 1;
@@ -415,11 +418,25 @@ impl FaultHandle {
     /// subresource. Unlike the log, the counts never drop a request.
     pub fn request_counts(&self) -> BTreeMap<RequestKey, u64> {
         let s = self.faults.lock();
+        let mut counts = BTreeMap::<RequestKey, u64>::new();
+        for ((key, _), n) in &s.counts {
+            *counts.entry(key.clone()).or_default() += n;
+        }
+        counts
+    }
+
+    /// Every answer since the last clear, counted by the request's user agent, verb, resource
+    /// and subresource, and the answer's HTTP status (200 for a watch that started streaming):
+    /// which client's writes were refused, and how (409 Conflict for a failed resourceVersion
+    /// precondition or an existing name, 422 Invalid, ...). Never truncated, as
+    /// [`request_counts`](Self::request_counts), whose counts these split by status.
+    pub fn status_counts(&self) -> BTreeMap<(RequestKey, u16), u64> {
+        let s = self.faults.lock();
         s.counts.iter().map(|(k, n)| (k.clone(), *n)).collect()
     }
 
-    /// Forgets the recorded requests and their counts, and restarts the in-flight peaks from
-    /// the current counts.
+    /// Forgets the recorded requests and their counts (by kind and by status), and restarts the
+    /// in-flight peaks from the current counts.
     pub fn clear_requests(&self) {
         let mut s = self.faults.lock();
         s.requests.clear();

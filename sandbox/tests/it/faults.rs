@@ -352,6 +352,83 @@ async fn request_counts_keep_every_request_by_client_after_the_log_drops_the_old
     served.shutdown().await.unwrap();
 }
 
+#[tokio::test]
+async fn status_counts_keep_every_answer_by_client_and_status_after_the_log_drops_the_oldest() {
+    let sandbox = Sandbox::builder().request_log_capacity(1).build();
+    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let writer = client_without_retries(&served, "writer/1");
+    let reader = client_without_retries(&served, "reader/1");
+    let written: Api<ConfigMap> = Api::default_namespaced(writer);
+    let read: Api<ConfigMap> = Api::default_namespaced(reader);
+    written
+        .create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    let taken = written
+        .create(&PostParams::default(), &config_map("a"))
+        .await;
+    assert!(
+        matches!(&taken, Err(kube::Error::Api(s)) if s.code == 409),
+        "{taken:?}"
+    );
+    // A stale resourceVersion precondition, as an operator's apply planned from its cache.
+    let stale = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": "v"}});
+    let refused = written
+        .patch(
+            "a",
+            &PatchParams::apply("writer").force(),
+            &Patch::Apply(&stale),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
+        "{refused:?}"
+    );
+    sandbox.faults().fail_next_writes(1, WriteFault::Internal);
+    let failed = written
+        .create(&PostParams::default(), &config_map("b"))
+        .await;
+    assert!(
+        matches!(&failed, Err(kube::Error::Api(s)) if s.code == 500),
+        "{failed:?}"
+    );
+    read.get("a").await.unwrap();
+    let _ = read.get("missing").await;
+
+    let faults = sandbox.faults();
+    assert_eq!(faults.requests().len(), 1, "the log keeps its capacity");
+    let by_status = |agent: &str, verb: &str| {
+        let mut answers = Vec::new();
+        for ((key, status), n) in faults.status_counts() {
+            if key.user_agent.as_deref() == Some(agent)
+                && key.verb == verb
+                && key.resource.as_deref() == Some("configmaps")
+            {
+                answers.push((status, n));
+            }
+        }
+        answers
+    };
+    assert_eq!(
+        by_status("writer/1", "create"),
+        [(201, 1), (409, 1), (500, 1)]
+    );
+    assert_eq!(by_status("writer/1", "patch"), [(409, 1)]);
+    assert_eq!(by_status("reader/1", "get"), [(200, 1), (404, 1)]);
+    assert_eq!(by_status("reader/1", "create"), []);
+    // The counts by kind are the same answers, summed over their statuses.
+    let total: u64 = faults.status_counts().values().sum();
+    assert_eq!(total, faults.request_counts().values().sum::<u64>());
+    assert_eq!(total, 6);
+
+    faults.clear_requests();
+    assert!(faults.status_counts().is_empty());
+    read.get("a").await.unwrap();
+    assert_eq!(by_status("reader/1", "get"), [(200, 1)], "counted afresh");
+    served.shutdown().await.unwrap();
+}
+
 /// A client of the served sandbox that sends `user_agent` and does not retry: kube's default
 /// client retries a 503, which is what a stalled write is answered with.
 fn client_without_retries(served: &kube_sandbox::Served, user_agent: &'static str) -> kube::Client {
