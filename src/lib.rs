@@ -24,6 +24,8 @@ pub mod dev;
 pub mod error;
 /// The write gate: writes pass only while this replica provably holds its Lease.
 pub mod fence;
+/// Fights over a child: another writer's rewrites told from a user's edits, and named.
+mod fight;
 /// Test objects: `MyApp::test(name)` and its chainable setters (tests and feature `dev`).
 #[cfg(any(test, feature = "dev"))]
 pub mod fixtures;

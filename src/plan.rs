@@ -1,6 +1,8 @@
 //! What one reconcile does, decided without IO: from a MyApp, what the watch caches observed,
-//! which of our writes they have not seen yet, and the time, to the writes to make, the Event
-//! to publish and when to look again. `controller.rs` gathers the inputs and carries it out.
+//! which of our writes they have not seen yet, the state of a fight and the time, to the
+//! writes to make (each as the object or patch to send), the Events to publish and when to
+//! look again. The controller gathers the inputs and carries the plan out, branching only on
+//! whether each write landed.
 
 use std::{borrow::Cow, time::Duration};
 
@@ -8,11 +10,13 @@ use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
     jiff::Timestamp,
 };
-use kube::Resource;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
 
 use crate::{
     cache::{CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus, Phase},
+    fight,
     resources::{self, Desired},
     status::{self, Rollout},
 };
@@ -41,41 +45,70 @@ pub struct Observed<'a> {
     pub unseen_status: Option<MyAppStatus>,
     /// How long ago we applied a Deployment whose controller has not observed it yet.
     pub awaiting_rollout: Option<Duration>,
+    /// How much longer a fight holds rewrites of the Deployment off, if one does.
+    pub fight_hold_off: Option<Duration>,
+    /// Whether rewriting the Deployment now would make a fight: its field managers are read
+    /// first, so the Event can name the other writer.
+    pub would_fight: bool,
 }
 
-/// What to do, in this order: hand over replicas, apply the Deployment, apply the Service,
+/// What to do, in this order: hand over replicas, apply the Deployment (after reading its
+/// field managers when the rewrite makes a fight), apply the Service (beside the Deployment),
 /// write the status, then publish the Event (only once the status write succeeded).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
-    /// Apply the Deployment's current replica count under the hand-off manager first.
-    pub hand_over_replicas: Option<i32>,
+    /// Apply this patch (the Deployment's current replica count) under the hand-off manager
+    /// first.
+    pub hand_off: Option<Value>,
     /// Apply this Deployment.
-    pub deployment: Option<Deployment>,
+    pub deployment: Option<ChildApply<Deployment>>,
     /// Apply this Service.
-    pub service: Option<Service>,
+    pub service: Option<ChildApply<Service>>,
     /// Write this status.
-    pub status: Option<MyAppStatus>,
+    pub status: Option<StatusWrite>,
     /// Publish this Event once the status is written.
     pub event: Option<PhaseEvent>,
+    /// A fight holds the Deployment's rewrite off this much longer.
+    pub held_off: Option<Duration>,
     /// The Deployment's controller has observed our last apply: stop waiting for it.
     pub rollout_observed: bool,
     /// Look again this soon (instead of the resync period).
     pub recheck: Option<Duration>,
 }
 
-impl Plan {
-    /// Writes the plan makes (the Event not counted).
-    pub fn writes(&self) -> u32 {
-        [
-            self.hand_over_replicas.is_some(),
-            self.deployment.is_some(),
-            self.service.is_some(),
-            self.status.is_some(),
-        ]
-        .into_iter()
-        .map(u32::from)
-        .sum()
+/// A child to apply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChildApply<K> {
+    /// The object, applied whole under our field manager.
+    pub object: K,
+    /// Its digest (also in its applied-digest annotation): what read-your-writes remembers.
+    pub digest: String,
+    /// A rewrite of an existing child: the fields the apply takes back, by path (none for a
+    /// create).
+    pub rewrites: Option<Vec<String>>,
+    /// The object as JSON when the rewrite makes a fight: its field managers are read against
+    /// it first, to name the other writer.
+    pub look_up_rivals: Option<Value>,
+}
+
+impl<K> ChildApply<K> {
+    fn new(desired: Desired<K>) -> Self {
+        Self {
+            digest: desired.digest().to_owned(),
+            object: desired.into_object(),
+            rewrites: None,
+            look_up_rivals: None,
+        }
     }
+}
+
+/// A status to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusWrite {
+    /// The status, remembered until the MyApp cache shows it.
+    pub status: MyAppStatus,
+    /// The apply patch of the status subresource that carries it.
+    pub patch: Value,
 }
 
 /// The Event reason for a MyApp entering `status`'s phase: what happened, in the CamelCase of
@@ -138,8 +171,12 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         observed.unseen_deployment.as_deref(),
     );
     if deployment == ChildState::Stale {
-        plan.hand_over_replicas = replicas_to_hand_over(app, observed.deployment);
-        plan.deployment = Some(desired.into_object());
+        // A fight holds off rewrites of an existing Deployment, never its creation.
+        plan.held_off = observed.deployment.and(observed.fight_hold_off);
+        if plan.held_off.is_none() {
+            plan.hand_off = hand_off(app, observed.deployment);
+            plan.deployment = Some(deployment_apply(desired, observed));
+        }
     }
     let desired = resources::desired_service(app);
     if child_state(
@@ -148,7 +185,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         observed.unseen_service.as_deref(),
     ) == ChildState::Stale
     {
-        plan.service = Some(desired.into_object());
+        plan.service = Some(ChildApply::new(desired));
     }
 
     if deployment != ChildState::Current {
@@ -156,7 +193,10 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         // controller's answer to the apply, or this recheck if it stays silent; the apply's
         // own watch event triggers none) reports on the new one, so a status written now
         // would be overwritten at once (one write saved per change).
-        plan.recheck = Some(PENDING_GRACE);
+        plan.recheck = Some(
+            plan.held_off
+                .map_or(PENDING_GRACE, |h| h.min(PENDING_GRACE)),
+        );
         return plan;
     }
     let rollout = observed.deployment.map(Rollout::from_deployment);
@@ -182,20 +222,33 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     if reported.status.as_ref() != Some(&status) {
         let before = reported.status.as_ref().and_then(|s| s.phase);
         plan.event = phase_event(before, &status);
-        plan.status = Some(status);
+        let patch = json!({
+            "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {}, "status": status,
+        });
+        plan.status = Some(StatusWrite { status, patch });
     }
     plan
 }
 
-/// The applied-digest annotation of a desired child: what the read-your-writes memory keeps.
-pub fn digest<K: Resource>(desired: &K) -> String {
-    desired
-        .meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(resources::APPLIED_DIGEST_ANNOTATION))
-        .cloned()
-        .unwrap_or_default()
+/// The Deployment apply, with the fields it takes back from the existing one and, when that
+/// rewrite makes a fight, the object to name the other writer's fields against.
+fn deployment_apply(
+    desired: Desired<Deployment>,
+    observed: &Observed<'_>,
+) -> ChildApply<Deployment> {
+    let rewrites = observed.deployment.map(|existing| {
+        let existing = serde_json::to_value(existing).unwrap_or_default();
+        fight::changed_fields(desired.json(), &existing)
+    });
+    let look_up_rivals = observed
+        .would_fight
+        .then(|| rewrites.as_ref().map(|_| desired.json().clone()))
+        .flatten();
+    ChildApply {
+        rewrites,
+        look_up_rivals,
+        ..ChildApply::new(desired)
+    }
 }
 
 fn child_state<D: Resource, O: serde::Serialize>(
@@ -205,7 +258,7 @@ fn child_state<D: Resource, O: serde::Serialize>(
 ) -> ChildState {
     if observed.is_some_and(|o| desired.is_applied_to(o)) {
         ChildState::Current
-    } else if unseen.is_some_and(|written| written == digest(desired.object())) {
+    } else if unseen.is_some_and(|written| written == desired.digest()) {
         ChildState::Unseen
     } else {
         ChildState::Stale
@@ -221,6 +274,16 @@ fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Op
     (app.spec.replicas.is_none() && we_set_it)
         .then(|| observed.spec.as_ref().and_then(|s| s.replicas))
         .flatten()
+}
+
+/// The hand-off's apply patch (see [`replicas_to_hand_over`]), when replicas change owner.
+fn hand_off(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<Value> {
+    let replicas = replicas_to_hand_over(app, observed)?;
+    Some(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": app.name_any(), "namespace": app.namespace()},
+        "spec": {"replicas": replicas},
+    }))
 }
 
 /// An Event when the app reaches a settled phase (`Running`, `Degraded`) or leaves one. The
@@ -307,17 +370,30 @@ mod tests {
     /// What a plan writes, in a line a table can compare.
     fn summary(plan: &Plan) -> String {
         let mut parts = Vec::new();
-        if let Some(replicas) = plan.hand_over_replicas {
-            parts.push(format!("hand over {replicas}"));
+        if let Some(patch) = &plan.hand_off {
+            parts.push(format!("hand over {}", patch["spec"]["replicas"]));
         }
-        if plan.deployment.is_some() {
-            parts.push("apply Deployment".into());
+        if let Some(deployment) = &plan.deployment {
+            let rewrite = if deployment.rewrites.is_some() {
+                " (rewrite)"
+            } else {
+                ""
+            };
+            let rivals = if deployment.look_up_rivals.is_some() {
+                " naming rivals first"
+            } else {
+                ""
+            };
+            parts.push(format!("apply Deployment{rewrite}{rivals}"));
+        }
+        if let Some(wait) = plan.held_off {
+            parts.push(format!("hold off {}s", wait.as_secs()));
         }
         if plan.service.is_some() {
             parts.push("apply Service".into());
         }
-        if let Some(status) = &plan.status {
-            parts.push(format!("status {:?}", status.phase.unwrap()));
+        if let Some(write) = &plan.status {
+            parts.push(format!("status {:?}", write.status.phase.unwrap()));
         }
         if let Some(event) = &plan.event {
             parts.push(format!("event {}", event.reason));
@@ -341,7 +417,7 @@ mod tests {
         let steady = app.clone().status(running(&app));
         let stopped_setting = steady.clone().replicas(None).generation(2);
         let observed_replicas = rolled_out(&steady);
-        let just_applied = resources::deployment(&app);
+        let just_applied = resources::desired_deployment(&app);
         let deleted = app.clone().deleted();
         let reported_pending = app.clone().status(pending_status(&app));
         let starting = starting(&app);
@@ -364,8 +440,8 @@ mod tests {
                 "our applies the caches have not seen are not repeated",
                 &app,
                 Observed {
-                    unseen_deployment: Some(digest(&just_applied)),
-                    unseen_service: Some(digest(&resources::service(&app))),
+                    unseen_deployment: Some(just_applied.digest().to_owned()),
+                    unseen_service: Some(resources::desired_service(&app).digest().to_owned()),
                     ..Observed::default()
                 },
                 "recheck 500ms",
@@ -494,7 +570,40 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "hand over 2, apply Deployment, recheck 500ms",
+                "hand over 2, apply Deployment (rewrite), recheck 500ms",
+            ),
+            (
+                "a fight holds off rewriting the Deployment, and looks again",
+                &edited,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    fight_hold_off: Some(Duration::from_secs(30)),
+                    ..Observed::default()
+                },
+                "hold off 30s, recheck 500ms",
+            ),
+            (
+                "a fight never holds off creating the Deployment",
+                &app,
+                Observed {
+                    service: Some(&svc),
+                    fight_hold_off: Some(Duration::from_secs(30)),
+                    would_fight: true,
+                    ..Observed::default()
+                },
+                "apply Deployment, recheck 500ms",
+            ),
+            (
+                "a rewrite that makes a fight names the other writers first",
+                &edited,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    would_fight: true,
+                    ..Observed::default()
+                },
+                "apply Deployment (rewrite) naming rivals first, recheck 500ms",
             ),
             (
                 "a MyApp being deleted is left to the garbage collector",
@@ -520,14 +629,20 @@ mod tests {
             ..Observed::default()
         };
         let edited = app.clone().image("ghcr.io/example/web:1.5.0").generation(2);
+        let image_edit = plan(&edited, &observed, NOW);
         assert_eq!(
-            summary(&plan(&edited, &observed, NOW)),
-            "apply Deployment, recheck 500ms"
+            summary(&image_edit),
+            "apply Deployment (rewrite), recheck 500ms"
+        );
+        let rewrites = image_edit.deployment.unwrap().rewrites.unwrap();
+        assert!(
+            rewrites.iter().any(|field| field.contains("image")),
+            "the rewrite names the image it takes back: {rewrites:?}"
         );
         let edited = app.clone().port(9090).generation(2);
         assert_eq!(
             summary(&plan(&edited, &observed, NOW)),
-            "apply Deployment, apply Service, recheck 500ms"
+            "apply Deployment (rewrite), apply Service, recheck 500ms"
         );
     }
 

@@ -78,12 +78,24 @@ pub struct Desired<K> {
     object: K,
     /// `object` as JSON, digest annotation included, without `apiVersion` and `kind`.
     json: Value,
+    /// The digest of the object as built, also in its applied-digest annotation.
+    digest: String,
 }
 
 impl<K> Desired<K> {
     /// The child.
     pub fn object(&self) -> &K {
         &self.object
+    }
+
+    /// `object` as JSON (digest annotation included, `apiVersion` and `kind` not).
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// The digest of the object as built: what read-your-writes remembers of an apply.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     /// The child, to apply.
@@ -209,8 +221,12 @@ fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> Desired<K> {
         .meta_mut()
         .annotations
         .get_or_insert_with(BTreeMap::new)
-        .insert(APPLIED_DIGEST_ANNOTATION.into(), digest);
-    Desired { object, json }
+        .insert(APPLIED_DIGEST_ANNOTATION.into(), digest.clone());
+    Desired {
+        object,
+        json,
+        digest,
+    }
 }
 
 /// FNV-1a over the canonical JSON text (serde_json maps are sorted): stable across builds and

@@ -22,6 +22,9 @@ pub(super) enum Landed {
     /// The server refused it with 409 (its precondition failed), or an earlier refusal of it
     /// still stands: the cache has not seen the version that made it stale.
     Refused,
+    /// The MyApp was deleted while the write was on its way: a status write found no object
+    /// (its children go with it, by their owner references).
+    Gone,
 }
 
 /// The resourceVersion a write must find on the server, and the cached version it was planned
@@ -54,6 +57,11 @@ impl Precondition {
         if let Some(version) = &self.expect {
             metadata["resourceVersion"] = version.clone().into();
         }
+    }
+
+    /// Writes the expected version into an object to apply.
+    pub(super) fn set_on<K: Resource>(&self, object: &mut K) {
+        object.meta_mut().resource_version = self.expect.clone();
     }
 }
 
@@ -128,6 +136,10 @@ impl Writer {
                 self.metrics.wrote(target);
                 Ok(Landed::Written(version))
             }
+            Err(error) if subresource.is_some() && deleted_meanwhile(&error, name) => {
+                debug!(%name, %namespace, target, "MyApp deleted while reconciling, not written");
+                Ok(Landed::Gone)
+            }
             Err(kube::Error::Api(status)) if status.code == 409 && at.expect.is_some() => {
                 self.metrics.conflicted(target);
                 debug!(%name, %namespace, target, expected = ?at.expect, "Write refused: planned from a stale version");
@@ -137,6 +149,14 @@ impl Writer {
             Err(error) => Err(error),
         }
     }
+}
+
+/// Whether a write failed because the object `name` was deleted while the reconcile ran: a 404
+/// about that object. Not any 404: a CRD installed without the status subresource answers 404
+/// too, without naming the object, and that must be reported, not taken for a delete.
+fn deleted_meanwhile(error: &kube::Error, name: &str) -> bool {
+    matches!(error, kube::Error::Api(status)
+        if status.is_not_found() && status.details.as_ref().is_some_and(|d| d.name == name))
 }
 
 /// What the operator reads of a write's answer: the resourceVersion the server gave it. The
@@ -194,6 +214,32 @@ where
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_a_404_naming_the_myapp_means_it_was_deleted_meanwhile() {
+        let not_found = |details: serde_json::Value| {
+            let status = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            kube::Error::Api(Box::new(
+                status.with_details(serde_json::from_value(details).unwrap()),
+            ))
+        };
+        let gone = not_found(json!({"name": "web", "group": "example.com", "kind": "myapps"}));
+        assert!(deleted_meanwhile(&gone, "web"));
+        assert!(!deleted_meanwhile(&gone, "api"), "another object's 404");
+        // What an API server answers for a path it does not serve (no status subresource).
+        let no_route = kube::Error::Api(Box::new(
+            kube::core::Status::failure(
+                "the server could not find the requested resource",
+                "NotFound",
+            )
+            .with_code(404),
+        ));
+        assert!(!deleted_meanwhile(&no_route, "web"));
+        let forbidden = kube::Error::Api(Box::new(
+            kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+        ));
+        assert!(!deleted_meanwhile(&forbidden, "web"));
+    }
 
     #[test]
     fn a_write_answer_is_read_for_its_resource_version_alone() {

@@ -580,6 +580,68 @@ async fn only_the_lease_holder_writes_and_the_other_takes_over_when_it_stops() {
 }
 
 /// Creates a MyApp while injected faults may refuse the create: retries until it exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myapp_created_again_after_a_deletion_mid_failure_streak_starts_a_fresh_streak() {
+    let (env, _dir) = environment(&[]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client, NS);
+    let faults = env.sandbox.faults();
+    let failed_writes = || {
+        faults
+            .requests()
+            .iter()
+            .filter(|r| r.field_manager.as_deref() == Some(FIELD_MANAGER) && r.status == 500)
+            .count()
+    };
+    // Three failed reconciles in a row (each sends both child applies, and both fail), then
+    // the MyApp is deleted before its next retry, with nothing of it written.
+    faults.fail_next_writes_by(FIELD_MANAGER, 6, WriteFault::Internal);
+    apps.create(&PostParams::default(), &app("flaky", Some(1)))
+        .await
+        .unwrap();
+    eventually("three reconciles of flaky failed", || async {
+        (failed_writes() >= 6).then_some(())
+    })
+    .await;
+    apps.delete("flaky", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The MyApp watch delivers in order: once a MyApp created after the delete has converged,
+    // the operator has seen the delete.
+    apps.create(&PostParams::default(), &app("marker", Some(1)))
+        .await
+        .unwrap();
+    converged(&apps, "marker", Phase::Running).await;
+
+    // Created again, it fails once more: the first failure of a new streak, so it is told in
+    // a Warning Event and retried after the shortest backoff.
+    faults.fail_next_writes_by(FIELD_MANAGER, 1, WriteFault::Internal);
+    let again = apps
+        .create(&PostParams::default(), &app("flaky", Some(1)))
+        .await
+        .unwrap();
+    let uid = again.metadata.uid.clone();
+    eventually(
+        "the new flaky's failure is told in a ReconcileFailed Event",
+        || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("ReconcileFailed")
+                        && e.regarding.as_ref().and_then(|r| r.uid.clone()) == uid
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    converged(&apps, "flaky", Phase::Running).await;
+    operator.stop().await;
+    env.shutdown().await;
+}
+
 async fn create_through_faults(apps: &Api<MyApp>, name: &str) {
     eventually(&format!("MyApp {name} exists"), || async {
         if apps.get_opt(name).await.ok()?.is_some() {

@@ -1,0 +1,261 @@
+//! What every reconcile shares: the client and its write gate, the watch caches, the memories
+//! of our own writes, fights and failure streaks, and the Events being published.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use kube::{
+    Client,
+    runtime::{
+        events::Reporter,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+use super::write::Writer;
+use crate::{
+    Error,
+    cache::{CachedDeployment, CachedService},
+    crd::{MyApp, MyAppStatus},
+    fight,
+    metrics::Metrics,
+    packed::Packed,
+    recent::{RecentWrites, Waiting},
+};
+
+/// Tunables of the controller, set from the CLI.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// Safety-net requeue period of a healthy MyApp (jittered by up to 10 %).
+    pub resync: Duration,
+    /// Deadline of one reconcile.
+    pub reconcile_timeout: Duration,
+    /// First retry delay after an error; doubles per consecutive error of the same object.
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    pub backoff_cap: Duration,
+    /// Objects per page when a watch (re)lists: keeps relist memory peaks down.
+    pub page_size: u32,
+    /// Name of this replica for Events (the pod name in a cluster).
+    pub instance: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            resync: Duration::from_secs(300),
+            reconcile_timeout: Duration::from_secs(30),
+            backoff_base: Duration::from_millis(500),
+            backoff_cap: Duration::from_secs(300),
+            page_size: 50,
+            instance: None,
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub(super) struct Context {
+    pub(super) client: Client,
+    /// Makes every write, through the write gate.
+    pub(super) writer: Writer,
+    /// The MyApp cache, to tell whether a MyApp still exists after creating its child.
+    pub(super) apps: reflector::Store<MyApp>,
+    pub(super) deployments: Packed<CachedDeployment>,
+    pub(super) services: Packed<CachedService>,
+    /// Whether each child cache holds a complete list yet.
+    pub(super) deployments_listed: Listed,
+    pub(super) services_listed: Listed,
+    /// Who publishes our Events (see [`Context::publish`]).
+    pub(super) reporter: Reporter,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) config: Config,
+    /// Consecutive failures per MyApp (kube-runtime keeps no such state).
+    pub(super) failures: Arc<Failures>,
+    /// Our child applies the caches have not seen yet, by digest.
+    pub(super) applied: Arc<Applied>,
+    /// Our status writes the MyApp cache has not seen yet.
+    pub(super) reported: Arc<Reported>,
+    /// Deployments we applied whose controller has not observed the apply yet.
+    pub(super) awaiting_rollout: Waiting<ObjectRef<MyApp>>,
+    /// Rewrites of each Deployment at one generation: fights with another writer.
+    pub(super) fights: fight::Fights,
+    /// Events being published, waited for (a little) when the controller stops.
+    pub(super) publishing: TaskTracker,
+}
+
+/// Child applies by MyApp and child: see [`Context::applied`].
+pub(super) type Applied = RecentWrites<(ObjectRef<MyApp>, Child), String>;
+
+/// Status writes by MyApp: see [`Context::reported`].
+pub(super) type Reported = RecentWrites<ObjectRef<MyApp>, MyAppStatus>;
+
+/// A child of a MyApp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Child {
+    Deployment,
+    Service,
+}
+
+impl Child {
+    /// Its kind, for people.
+    pub(super) fn kind(self) -> &'static str {
+        match self {
+            Child::Deployment => "Deployment",
+            Child::Service => "Service",
+        }
+    }
+
+    /// Its write target in the metrics (a [`crate::metrics::WRITE_TARGETS`] name).
+    pub(super) fn target(self) -> &'static str {
+        match self {
+            Child::Deployment => "deployment",
+            Child::Service => "service",
+        }
+    }
+
+    /// The error of a failed apply of it.
+    pub(super) fn apply_failed(self, error: kube::Error) -> Error {
+        match self {
+            Child::Deployment => Error::ApplyDeployment(error),
+            Child::Service => Error::ApplyService(error),
+        }
+    }
+}
+
+/// How long a stopping controller waits for the Events it is still publishing.
+pub(super) const PUBLISH_AT_STOP: Duration = Duration::from_secs(2);
+
+/// How long our writes are remembered for read-your-writes: far longer than a watch event
+/// takes to arrive.
+pub(super) const RECENT_WRITES_TTL: Duration = Duration::from_secs(30);
+
+impl Context {
+    /// Whether the MyApp cache still holds `app`.
+    pub(super) fn still_there(&self, app: &ObjectRef<MyApp>) -> bool {
+        self.apps.get(app).is_some()
+    }
+
+    /// Counts `child`, just created, as an orphan: its MyApp was deleted meanwhile (once, also
+    /// if its delete event counts it too).
+    pub(super) fn orphaned(&self, app: &ObjectRef<MyApp>, child: Child) {
+        if self.applied.take_created_after(&(app.clone(), child), None) {
+            self.metrics.orphans.inc();
+            let namespace = app.namespace.as_deref().unwrap_or_default();
+            info!(name = %app.name, %namespace, ?child, "Created a child of a deleted MyApp; the garbage collector removes it");
+        }
+    }
+}
+
+/// Consecutive failures per MyApp, cleared by a success or by the MyApp's deletion: a MyApp
+/// created again under the same name starts afresh (short backoff, a new Warning Event).
+#[derive(Debug, Default)]
+pub(super) struct Failures(Mutex<HashMap<ObjectRef<MyApp>, u32>>);
+
+impl Failures {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<MyApp>, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one more failure of `app`; which attempt that was.
+    pub(super) fn failed(&self, app: ObjectRef<MyApp>) -> u32 {
+        let mut failures = self.lock();
+        let n = failures.entry(app).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Ends the streak of `app`.
+    pub(super) fn succeeded(&self, app: &ObjectRef<MyApp>) {
+        self.lock().remove(app);
+    }
+
+    /// How many MyApps are in a failure streak.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Forgets the streak of a MyApp once its delete event arrives, and after a (re)list those
+    /// of MyApps the list no longer holds (deleted while the watch was down).
+    pub(super) fn forget_deleted(
+        self: &Arc<Self>,
+        apps: Store<MyApp>,
+    ) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+        let failures = self.clone();
+        move |event| match event {
+            watcher::Event::Delete(app) => failures.succeeded(&ObjectRef::from_obj(app)),
+            watcher::Event::InitDone => failures.lock().retain(|app, _| apps.get(app).is_some()),
+            _ => {}
+        }
+    }
+}
+
+/// Whether a watch cache holds its first complete list; any number of tasks may wait for it.
+///
+/// Not kube's `Store::wait_until_ready`: its `DelayedInit` keeps a single waker, so of two
+/// tasks waiting at once only the one that polled last is woken. The Controller waits on the
+/// MyApp store that way, so a second waiter (ours, for `Caches synced`) was never woken.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Listed(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Listed {
+    pub(super) fn mark(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Resolves once the cache is listed.
+    pub(super) async fn wait(&self) {
+        // Cannot fail: `self` holds a sender, so the channel stays open.
+        let _ = self.0.subscribe().wait_for(|done| *done).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_streak_ends_with_a_success_or_the_myapps_deletion() {
+        let (apps, mut writer) = kube::runtime::reflector::store::<MyApp>();
+        let failures = Arc::new(Failures::default());
+        let mut forget = failures.forget_deleted(apps);
+        let web = MyApp::test("web").in_namespace("shop").stored();
+        let api = MyApp::test("api").in_namespace("shop").stored();
+        let key = |app: &MyApp| ObjectRef::from_obj(app);
+        assert_eq!(failures.failed(key(&web)), 1);
+        assert_eq!(failures.failed(key(&web)), 2);
+        failures.succeeded(&key(&web));
+        assert_eq!(failures.failed(key(&web)), 1, "a success ends the streak");
+
+        // Deleted mid-streak, then created again under the same name: a fresh start.
+        forget(&watcher::Event::Delete(web.clone()));
+        assert_eq!(
+            failures.failed(key(&web)),
+            1,
+            "the deletion ended the streak"
+        );
+
+        // Deleted while the watch was down: the relist no longer holds it.
+        failures.failed(key(&api));
+        let relisted = watcher::Event::InitApply(web.clone());
+        for event in [watcher::Event::Init, relisted, watcher::Event::InitDone] {
+            writer.apply_watcher_event(&event);
+            forget(&event);
+        }
+        assert_eq!(
+            failures.len(),
+            1,
+            "only the MyApp still listed keeps its streak"
+        );
+        assert_eq!(failures.failed(key(&web)), 2);
+    }
+}
