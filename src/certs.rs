@@ -42,8 +42,12 @@ pub fn generate(sans: &[String]) -> Result<Bundle, Error> {
     generate_for(sans, CA_DAYS, CERT_DAYS)
 }
 
-/// [`generate`] with the validity of each certificate in days, counted from today (UTC).
+/// [`generate`] with the validity of each certificate in days, counted from today (UTC). The
+/// serving certificate may not outlive the CA.
 pub fn generate_for(sans: &[String], ca_days: u32, cert_days: u32) -> Result<Bundle, Error> {
+    if cert_days > ca_days {
+        return Err(Error::CertOutlivesCa { cert_days, ca_days });
+    }
     use k8s_openapi::jiff::{Span, tz::TimeZone};
     let today = k8s_openapi::jiff::Timestamp::now()
         .to_zoned(TimeZone::UTC)
@@ -57,7 +61,7 @@ pub fn generate_for(sans: &[String], ca_days: u32, cert_days: u32) -> Result<Bun
             .map_or(0, |z| z.timestamp().as_second());
         UNIX_EPOCH + Duration::from_secs(u64::try_from(midnight).unwrap_or(0))
     };
-    generate_between(sans, day(0), day(ca_days), day(cert_days.min(ca_days)))
+    generate_between(sans, day(0), day(ca_days), day(cert_days))
 }
 
 /// [`generate`] with both certificates valid from `not_before`, the CA until `ca_not_after`

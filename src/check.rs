@@ -89,5 +89,6 @@ async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Clie
                 source,
             })?,
     };
+    crate::telemetry::set_api_server(&config.cluster_url.to_string());
     Client::try_from(config).map_err(Error::ConnectCluster)
 }

@@ -16,6 +16,66 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process's arguments as `Cli::parse` does, exiting with clap's message on a
+    /// mistake; a bad value that came from an environment variable is named by the variable,
+    /// which is where it must be fixed.
+    pub fn parse_naming_env() -> Self {
+        Self::try_parse().unwrap_or_else(|error| naming_env(error, std::env::args()).exit())
+    }
+}
+
+/// `error`, told as the environment variable's when the invalid value came from one (the flag
+/// it stands for was not on the command line, and the variable is set).
+fn naming_env(error: clap::Error, args: impl Iterator<Item = String>) -> clap::Error {
+    use clap::{
+        CommandFactory,
+        error::{ContextKind, ContextValue, ErrorKind},
+    };
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return error;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let flag = arg.split_whitespace().next().unwrap_or_default().to_owned();
+    let on_command_line = args
+        .into_iter()
+        .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    let mut command = Cli::command();
+    let env = env_of(&command, &flag);
+    let Some((env, value)) = env.and_then(|env| Some((env.clone(), std::env::var(&env).ok()?)))
+    else {
+        return error;
+    };
+    if on_command_line {
+        return error;
+    }
+    let said = error.to_string();
+    let said = said.lines().next().unwrap_or_default();
+    let said = said.strip_prefix("error: ").unwrap_or(said);
+    command.error(
+        ErrorKind::InvalidValue,
+        format!(
+            "environment variable {env}={value:?} (read for {flag}): {said}; fix or unset {env}"
+        ),
+    )
+}
+
+/// The environment variable of the flag `--long`, in any subcommand.
+fn env_of(command: &clap::Command, flag: &str) -> Option<String> {
+    let long = flag.strip_prefix("--")?;
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+        .or_else(|| command.get_subcommands().find_map(|c| env_of(c, flag)))
+}
+
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {

@@ -195,7 +195,12 @@ pub async fn run(
                 }
                 // Said once, in words, by `CrdPresence`.
                 Err(controller::Error::QueueError(error)) if crd_missing::is_missing(&error) => {}
-                Err(error) => warn!(%error, "Controller event"),
+                Err(error) => warn!(
+                    error = %crate::error::chain(&error),
+                    api_server = crate::telemetry::api_server(),
+                    fix = crate::telemetry::unreachable_fix(&error),
+                    "Controller event"
+                ),
             }
             future::ready(())
         });

@@ -20,6 +20,11 @@ pub enum Error {
     /// Generating a key or signing a certificate failed.
     #[error("failed to generate a certificate: {0}")]
     GenerateCertificate(#[source] rcgen::Error),
+    /// The serving certificate would outlive the CA that signs it.
+    #[error(
+        "--cert-days {cert_days} is longer than --ca-days {ca_days}: a certificate cannot outlive its CA; lower --cert-days (MYAPP_CERTS_CERT_DAYS) or raise --ca-days (MYAPP_CERTS_CA_DAYS)"
+    )]
+    CertOutlivesCa { cert_days: u32, ca_days: u32 },
     /// A SAN is neither a DNS name nor an IP address.
     #[error("{0:?} is not a valid DNS name or IP address for the certificate")]
     InvalidSan(String),
@@ -112,7 +117,7 @@ pub enum Error {
     #[error("failed to install the SIGTERM handler: {0}")]
     InstallSignalHandler(#[source] std::io::Error),
     /// The webhook server did not start (certificates, address, warm-up).
-    #[error("failed to start the webhook server: {0}")]
+    #[error("failed to start the webhook server: {0}{fix}", fix = webhook_fix(.0))]
     StartWebhook(#[source] webhook::Error),
     // --- dev (only with the `dev` feature) ---
     #[cfg(feature = "dev")]
@@ -153,4 +158,38 @@ pub enum Error {
     /// A document of deploy/webhooks.yaml is not the kind it says.
     #[error("failed to decode deploy/webhooks.yaml: {0}")]
     DecodeWebhooks(#[source] serde_json::Error),
+}
+
+/// `error` and every cause under it, joined by ": " (kube's errors say "client error (Connect)"
+/// and keep the reason, such as "Connection refused", in their sources).
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let words = cause.to_string();
+        if !text.contains(&words) {
+            text.push_str(": ");
+            text.push_str(&words);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// What to do about a webhook server that did not start, in the flags of `run` (empty when the
+/// webhook's own message says it already).
+fn webhook_fix(error: &webhook::Error) -> &'static str {
+    use webhook::Error as E;
+    match error {
+        E::ReadFile { .. } | E::WatchDirectory { .. } => {
+            "; point --cert-dir (MYAPP_CERT_DIR) at a directory holding tls.crt and tls.key: in a cluster the Secret cert-manager writes, mounted by deploy/deployment.yaml; locally, write a pair with `myapp-operator certs --out <dir>`"
+        }
+        E::ParseCertificate { .. } | E::ParseKey { .. } | E::MatchKey { .. } => {
+            "; replace tls.crt and tls.key in --cert-dir (MYAPP_CERT_DIR) with a matching PEM pair: cert-manager's Secret, or `myapp-operator certs --out <dir> --force` locally"
+        }
+        E::Bind { .. } => {
+            "; is --webhook-addr (MYAPP_WEBHOOK_ADDR) free? pick another address, or 127.0.0.1:0 for any free port"
+        }
+        _ => "",
+    }
 }

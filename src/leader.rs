@@ -137,7 +137,13 @@ pub async fn run(
                     gate.open_until(renewal_started.after(config.renew_deadline));
                 }
                 Ok(false) => gate.close(),
-                Err(error) => warn!(%error, lease = %config.name, "Lease renewal failed"),
+                Err(error) => warn!(
+                    error = %crate::error::chain(&error),
+                    api_server = crate::telemetry::api_server(),
+                    fix = crate::telemetry::unreachable_fix(&error),
+                    lease = %config.name,
+                    "Lease renewal failed"
+                ),
             }
             let is_leader = gate.is_open();
             if leading != is_leader {

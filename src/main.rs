@@ -1,7 +1,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
 use myapp_operator::{
     cli::{Cli, Command, Output},
     crd, run, telemetry,
@@ -20,7 +19,7 @@ fn main() -> ExitCode {
 fn run_command() -> anyhow::Result<()> {
     // One rustls crypto provider for the whole process: kube's client and the webhook server.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    match Cli::parse().command {
+    match Cli::parse_naming_env().command {
         Command::Crd => print!(
             "{}",
             crd::crd_yaml().context("failed to render the CRD as YAML")?

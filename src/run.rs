@@ -31,6 +31,7 @@ async fn client() -> Result<Client, Error> {
             kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".into()),
             source,
         })?;
+    crate::telemetry::set_api_server(&config.cluster_url.to_string());
     config.headers.push((
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(USER_AGENT),

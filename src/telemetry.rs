@@ -13,9 +13,49 @@ pub enum LogFormat {
     Plain,
 }
 
+/// The API server this process talks to, for the log lines about requests that failed.
+static API_SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Remembers the API server's URL (the first one set wins: a process has one).
+pub fn set_api_server(url: &str) {
+    let _ = API_SERVER.set(url.trim_end_matches('/').to_owned());
+}
+
+/// The API server's URL, once known.
+pub fn api_server() -> &'static str {
+    API_SERVER.get().map_or("(not known yet)", String::as_str)
+}
+
+/// What to do about a request that failed below HTTP (no connection, TLS, DNS), if it did:
+/// such a failure has an I/O error among its causes.
+pub fn unreachable_fix(error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<std::io::Error>() {
+            return Some(
+                "the API server is unreachable from here: check its address (KUBECONFIG, or the pod's in-cluster config) and the network between them",
+            );
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// kube's client logs every failed request at ERROR with only the transport's words ("client
+/// error (Connect)"), no URL and no cause; the operator logs each failure itself, with both.
+/// Kept unless the filter names kube's client.
+const QUIET_KUBE_CLIENT: &str = "kube_client::client::builder=off";
+
 /// Installs the global subscriber. `filter` uses `RUST_LOG` syntax.
 pub fn init(format: LogFormat, filter: &str) -> Result<(), Error> {
-    let filter = EnvFilter::try_new(filter).map_err(|source| Error::ParseLogFilter {
+    let quieted;
+    let with_quiet = if filter.contains("kube_client") {
+        filter
+    } else {
+        quieted = format!("{filter},{QUIET_KUBE_CLIENT}");
+        &quieted
+    };
+    let filter = EnvFilter::try_new(with_quiet).map_err(|source| Error::ParseLogFilter {
         filter: filter.to_owned(),
         source,
     })?;

@@ -26,7 +26,11 @@ pub async fn checks(client: &Client) -> (Group, bool, bool) {
         Err(error) => {
             checks.push(Check::fail(
                 "api.reachable",
-                format!("the Kubernetes API server does not answer: {error}"),
+                format!(
+                    "the Kubernetes API server at {} does not answer: {}",
+                    crate::telemetry::api_server(),
+                    crate::error::chain(&error)
+                ),
                 "check the kube-context (kubectl config current-context) or pass --kubeconfig",
                 "api",
             ));

@@ -14,6 +14,7 @@ mod fuzz;
 mod install;
 mod layout;
 mod manifests;
+mod messages;
 mod observe;
 mod oracle;
 mod pause;
