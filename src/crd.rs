@@ -94,7 +94,9 @@ pub struct MyAppSpec {
     /// `ghcr.io/example/web:1.4.2`. Pin a tag or digest: `latest` or no tag draws a warning.
     #[schemars(length(min = 1, max = 512))]
     #[x_kube(validation = kube::core::Rule::new(image_rule())
-        .message("spec.image must be an image reference such as registry.example.com/team/app:1.2.3 or app@sha256:<digest>: lower-case repository path, optional tag, optional digest")
+        // The API server prints a rule's failure as `Invalid value: "string"` (the type, not
+        // the value), so the message quotes the value itself.
+        .message(kube::core::Message::Expression(IMAGE_MESSAGE.into()))
         .reason(kube::core::Reason::FieldValueInvalid))]
     pub image: String,
 
@@ -196,6 +198,9 @@ fn unwrap_descriptions(schema: &mut schemars::Schema) {
     schemars::transform::transform_subschemas(&mut unwrap_descriptions, schema);
 }
 
+/// The image rule's failure message, as a CEL expression: the value and what it should be.
+const IMAGE_MESSAGE: &str = r#"'spec.image "' + self + '" is not an image reference: use one such as registry.example.com/team/app:1.2.3 or app@sha256:<digest> (lower-case repository path, optional tag, optional digest)'"#;
+
 /// The pattern inside a CEL string literal, whose escapes take a backslash of their own.
 fn image_rule() -> String {
     let pattern = IMAGE_REFERENCE_PATTERN.replace('\\', "\\\\");
@@ -210,7 +215,7 @@ pub const SCHEMA_SERIAL_ANNOTATION: &str = "example.com/schema-serial";
 /// change, including one nobody remembered to count in the serial.
 pub const SCHEMA_DIGEST_ANNOTATION: &str = "example.com/schema-digest";
 /// The schema serial of this build (see [`SCHEMA_SERIAL_ANNOTATION`]).
-pub const SCHEMA_SERIAL: u32 = 3;
+pub const SCHEMA_SERIAL: u32 = 4;
 
 /// `sha256:<hex>` of the generated CRD (without the two stamp annotations) as compact JSON.
 pub fn schema_digest() -> String {

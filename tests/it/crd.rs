@@ -332,11 +332,11 @@ fn cel_image_rule_accepts_references_and_rejects_others() {
     ];
     for image in bad {
         let errors = admit(myapp(json!({"image": image, "port": 80})));
+        let names_the_value = format!(
+            "spec.image: Invalid value: \"string\": spec.image \"{image}\" is not an image reference: use one such as"
+        );
         assert!(
-            errors.len() == 1
-                && errors[0].starts_with(
-                    "spec.image: Invalid value: \"string\": spec.image must be an image reference"
-                ),
+            errors.len() == 1 && errors[0].starts_with(&names_the_value),
             "{image}: {errors:?}"
         );
     }
@@ -404,7 +404,7 @@ fn each_invalid_example_is_rejected_for_the_reason_in_its_name() {
         ),
         (
             "invalid-image-not-a-reference.yaml",
-            "spec.image: Invalid value: \"string\": spec.image must be an image reference",
+            "is not an image reference: use one such as",
         ),
         (
             "invalid-env-duplicate-name.yaml",

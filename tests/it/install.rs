@@ -154,7 +154,7 @@ const INVALID: &[(&str, &[&str])] = &[
     ),
     (
         "invalid-image-not-a-reference.yaml",
-        &["spec.image must be an image reference"],
+        &["is not an image reference: use one such as"],
     ),
     (
         "invalid-image-digest-wrong-length.yaml",
