@@ -33,7 +33,7 @@ use crate::{
     metrics::Metrics,
     packed,
     permission::Permission,
-    plan::PENDING_GRACE,
+    plan::{PENDING_GRACE, RECREATE_HOLD},
     recent::{RecentWrites, Waiting},
     resources::FIELD_MANAGER,
 };
@@ -159,6 +159,7 @@ pub async fn run(
         applied,
         reported,
         awaiting_rollout: Waiting::new(PENDING_GRACE),
+        created: Waiting::new(RECREATE_HOLD),
         fights: fight::Fights::default(),
         publishing: publishing.clone(),
     });

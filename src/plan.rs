@@ -30,6 +30,12 @@ use crate::{
 /// whose controller stays silent longer costs that one status write.
 pub const PENDING_GRACE: Duration = Duration::from_millis(500);
 
+/// How long a child we created is not created again once it is gone. Gone so soon, it was
+/// most likely collected because its MyApp was deleted, whose delete event has not reached the
+/// MyApp cache yet: created again at once, it would be collected again, in a loop as fast as
+/// the garbage collector, for as long as that event takes.
+pub const RECREATE_HOLD: Duration = Duration::from_secs(1);
+
 /// What a reconcile knows besides the MyApp itself.
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
@@ -50,6 +56,10 @@ pub struct Observed<'a> {
     /// Whether rewriting the Deployment now would make a fight: its field managers are read
     /// first, so the Event can name the other writer.
     pub would_fight: bool,
+    /// How long ago we created the Deployment, while under [`RECREATE_HOLD`].
+    pub deployment_created: Option<Duration>,
+    /// How long ago we created the Service, while under [`RECREATE_HOLD`].
+    pub service_created: Option<Duration>,
 }
 
 /// What to do, in this order: hand over replicas, apply the Deployment (after reading its
@@ -68,7 +78,8 @@ pub struct Plan {
     pub status: Option<StatusWrite>,
     /// Publish this Event once the status is written.
     pub event: Option<PhaseEvent>,
-    /// A fight holds the Deployment's rewrite off this much longer.
+    /// A child's write is held off this much longer: a fight over the Deployment, or a child
+    /// we created gone again at once (see [`RECREATE_HOLD`]).
     pub held_off: Option<Duration>,
     /// The Deployment's controller has observed our last apply: stop waiting for it.
     pub rollout_observed: bool,
@@ -158,6 +169,15 @@ enum ChildState {
 
 /// Decides one reconcile of `app`.
 pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
+    let mut plan = decide(app, observed, now);
+    if let Some(held) = plan.held_off {
+        // Look again when the hold ends, at the latest.
+        plan.recheck = Some(plan.recheck.map_or(held, |r| r.min(held)));
+    }
+    plan
+}
+
+fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     let mut plan = Plan::default();
     if app.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the children; there is nothing to converge towards.
@@ -172,8 +192,10 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     );
     if deployment == ChildState::Stale {
         // A fight holds off rewrites of an existing Deployment, never its creation.
-        plan.held_off = observed.deployment.and(observed.fight_hold_off);
-        if plan.held_off.is_none() {
+        let held = observed.deployment.and(observed.fight_hold_off);
+        let held = held.or_else(|| gone_again(observed.deployment, observed.deployment_created));
+        hold(&mut plan, held);
+        if held.is_none() {
             plan.hand_off = hand_off(app, observed.deployment);
             plan.deployment = Some(deployment_apply(desired, observed));
         }
@@ -185,7 +207,11 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         observed.unseen_service.as_deref(),
     ) == ChildState::Stale
     {
-        plan.service = Some(ChildApply::new(desired));
+        let held = gone_again(observed.service, observed.service_created);
+        hold(&mut plan, held);
+        if held.is_none() {
+            plan.service = Some(ChildApply::new(desired));
+        }
     }
 
     if deployment != ChildState::Current {
@@ -193,10 +219,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         // controller's answer to the apply, or this recheck if it stays silent; the apply's
         // own watch event triggers none) reports on the new one, so a status written now
         // would be overwritten at once (one write saved per change).
-        plan.recheck = Some(
-            plan.held_off
-                .map_or(PENDING_GRACE, |h| h.min(PENDING_GRACE)),
-        );
+        plan.recheck = Some(PENDING_GRACE);
         return plan;
     }
     let rollout = observed.deployment.map(Rollout::from_deployment);
@@ -228,6 +251,22 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         plan.status = Some(StatusWrite { status, patch });
     }
     plan
+}
+
+/// How much longer a missing child we created `created` ago waits before it is created again.
+fn gone_again<K>(observed: Option<&K>, created: Option<Duration>) -> Option<Duration> {
+    let created = created.filter(|_| observed.is_none())?;
+    RECREATE_HOLD
+        .checked_sub(created)
+        .filter(|left| !left.is_zero())
+}
+
+/// Holds a child's write off for `held`, if any: the plan looks again by then.
+fn hold(plan: &mut Plan, held: Option<Duration>) {
+    plan.held_off = match (plan.held_off, held) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
 }
 
 /// The Deployment apply, with the fields it takes back from the existing one and, when that
@@ -387,7 +426,7 @@ mod tests {
             parts.push(format!("apply Deployment{rewrite}{rivals}"));
         }
         if let Some(wait) = plan.held_off {
-            parts.push(format!("hold off {}s", wait.as_secs()));
+            parts.push(format!("hold off {}ms", wait.as_millis()));
         }
         if plan.service.is_some() {
             parts.push("apply Service".into());
@@ -581,7 +620,7 @@ mod tests {
                     fight_hold_off: Some(Duration::from_secs(30)),
                     ..Observed::default()
                 },
-                "hold off 30s, recheck 500ms",
+                "hold off 30000ms, recheck 500ms",
             ),
             (
                 "a fight never holds off creating the Deployment",
@@ -604,6 +643,37 @@ mod tests {
                     ..Observed::default()
                 },
                 "apply Deployment (rewrite) naming rivals first, recheck 500ms",
+            ),
+            (
+                "a child we created that is gone again at once is not created again yet",
+                &app,
+                Observed {
+                    service: Some(&svc),
+                    deployment_created: Some(Duration::from_millis(300)),
+                    ..Observed::default()
+                },
+                "hold off 700ms, recheck 500ms",
+            ),
+            (
+                "a Service gone again at once waits too, and the look again comes by its end",
+                &steady,
+                Observed {
+                    deployment: Some(&deployment),
+                    service_created: Some(Duration::from_millis(900)),
+                    ..Observed::default()
+                },
+                "hold off 100ms, recheck 100ms",
+            ),
+            (
+                "a child we created that still exists is no reason to hold anything",
+                &steady,
+                Observed {
+                    deployment: Some(&deployment),
+                    service: Some(&svc),
+                    deployment_created: Some(Duration::from_millis(300)),
+                    ..Observed::default()
+                },
+                "nothing",
             ),
             (
                 "a MyApp being deleted is left to the garbage collector",
