@@ -550,7 +550,7 @@ pub enum SlimTargetPort {
 }
 
 /// What a watch cache holds of `object` as the API returned it.
-#[cfg(any(test, feature = "dev"))]
+#[cfg(test)]
 pub fn cached<T: Serialize, C: serde::de::DeserializeOwned>(object: &T) -> C {
     serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
 }

@@ -10,7 +10,7 @@ use crate::crd::{EnvVar, MyApp, MyAppSpec, MyAppStatus};
 pub const TEST_IMAGE: &str = "ghcr.io/example/web:1.4.2";
 
 impl MyApp {
-    /// A valid MyApp named `name`, as a client would create it: 2 replicas of [`TEST_IMAGE`] on
+    /// A valid MyApp named `name`, as a client would create it: 2 replicas of `TEST_IMAGE` on
     /// port 8080, no env, no status, and no server-set metadata.
     pub fn test(name: &str) -> Self {
         MyApp::new(

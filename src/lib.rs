@@ -6,7 +6,7 @@ pub mod admin;
 /// The MyApp admission rules (validate, default) and their webhook routes.
 pub mod admission;
 /// What the watch caches keep of children: slim typed Deployments and Services.
-pub mod cache;
+mod cache;
 /// Local CA and webhook serving certificates.
 pub mod certs;
 /// `check`: the installation diagnosed, one line per check, with the fix.
@@ -21,26 +21,28 @@ pub mod crd;
 #[cfg(feature = "dev")]
 pub mod dev;
 /// The operator's one error type.
-pub mod error;
+mod error;
 /// The write gate: writes pass only while this replica provably holds its Lease.
-pub mod fence;
+mod fence;
 /// Fights over a child: another writer's rewrites told from a user's edits, and named.
 mod fight;
 /// Test objects: `MyApp::test(name)` and its chainable setters (tests and feature `dev`).
 #[cfg(any(test, feature = "dev"))]
-pub mod fixtures;
+mod fixtures;
+/// OCI image references: the distribution grammar the admission rules check `spec.image` against.
+mod image;
 /// Leader election on a Lease.
 pub mod leader;
 /// Prometheus metrics.
 pub mod metrics;
 /// The children's watch caches: each child one allocation of its (token-coded) JSON.
-pub mod packed;
+mod packed;
 /// One RBAC permission the operator needs; the tables are next to the calls.
 pub mod permission;
 /// One reconcile decided without IO: what to apply, report, publish, and when to look again.
-pub mod plan;
+mod plan;
 /// Read-your-writes: our writes the watch caches have not seen yet.
-pub mod recent;
+mod recent;
 /// Pure builders of the desired Deployment and Service, and the applied-or-not comparison.
 pub mod resources;
 /// `run`: one process, webhook and admin servers on every replica, ordered shutdown.

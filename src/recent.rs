@@ -123,11 +123,13 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
     }
 
     /// Number of remembered writes (expired ones included until pruned).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().map.len()
     }
 
     /// Whether nothing is remembered.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -1,10 +1,10 @@
 //! Lists whose reading costs what the rule allows, not what the request holds: a rule that
 //! allows at most `MAX` items never needs more than `MAX` of them in memory.
 //!
-//! A body at the size limit holds some 230,000 small list entries. Read into a `Vec`, they took
-//! 20-30 MiB and most of the review's time before the rule could even say "too many"; four
-//! such reviews at once took the process over 200 MiB. [`Bounded`] keeps the first `MAX`
-//! entries and only counts the rest, so the denial can still say how many there were;
+//! A body at the size limit holds some 230,000 small list entries. Read into a `Vec`, they would
+//! take many times the body's size and most of the review's time before the rule could even say
+//! "too many", and a few such reviews at once would multiply that. [`Bounded`] keeps the first
+//! `MAX` entries and only counts the rest, so the denial can still say how many there were;
 //! [`at_most`] refuses the list at entry `MAX + 1`, which stops the parse there.
 
 use std::{fmt, marker::PhantomData};

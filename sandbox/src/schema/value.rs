@@ -1,0 +1,79 @@
+//! Small helpers over values and paths, worded as the API server prints them.
+
+use serde_json::Value;
+
+pub(super) fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+pub(super) fn is_integer(v: &Value) -> bool {
+    v.is_i64() || v.is_u64()
+}
+
+pub(super) fn declared_type(schema: &Value) -> &str {
+    schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("object")
+}
+
+/// The JSON type name the API server prints in type errors.
+pub(super) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Values as the API server prints them in messages: strings quoted, numbers bare.
+pub(super) fn render(v: &Value) -> String {
+    match v {
+        Value::Object(_) => "\"object\"".into(),
+        Value::Array(_) => "\"array\"".into(),
+        other => other.to_string(),
+    }
+}
+
+pub(super) fn num(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        x.to_string()
+    }
+}
+
+/// The value at a dotted path with `[i]` indices, if present.
+pub(super) fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = root;
+    for segment in path.split('.').filter(|s| !s.is_empty()) {
+        let (name, indices) = segment
+            .split_once('[')
+            .map_or((segment, ""), |(n, rest)| (n, rest));
+        cur = cur.get(name)?;
+        for idx in indices.split('[').filter(|s| !s.is_empty()) {
+            cur = cur.get(idx.trim_end_matches(']').parse::<usize>().ok()?)?;
+        }
+    }
+    Some(cur)
+}
+
+/// The strings of the list `schema[key]` (`required`, `x-kubernetes-list-map-keys`): empty when
+/// absent, non-strings skipped.
+pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
+    schema
+        .get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
