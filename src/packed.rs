@@ -6,10 +6,9 @@
 //! short strings that glibc's malloc rounds up to 32 bytes, around a 370-byte `ObjectMeta` whose
 //! fields are nearly all `None`. Here a child is one exact-size allocation (the JSON its cached
 //! type's `Serialize` writes, which its `Deserialize` reads back to an equal value) under a
-//! `namespace/name` key, and a reconcile parses each of its two children once. In the operator
-//! bench at 10,000 MyApps this took the operator from 7.3 to 4.8 KiB per MyApp at rest, while
-//! its CPU per MyApp rose from about 1.8 to 2.1 ms with the other changes of the same builds
-//! (README "Benchmarks").
+//! `namespace/name` key, and a reconcile parses each of its two children once. That trades a
+//! parse per read for memory, which at scale is mostly these caches (`benches/README.md` has
+//! the operator's RSS per MyApp).
 //!
 //! The JSON is stored with its most common tokens (field names, and the label keys and values
 //! the operator writes on every child) replaced by one byte each, which stores a Deployment in
@@ -95,8 +94,8 @@ static BY_LENGTH: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
 ///
 /// A token is a whole JSON string, and none holds a quote, so a token starts at a quote only
 /// if it ends at the next one: that string is compared with the tokens of its length alone
-/// (at most six), not with all of them. Trying every token at every quote was 4.6 % of the
-/// operator's CPU while converging 10,000 MyApps (profile, 197 Hz).
+/// (at most six), not with all of them: every watch event of every child is encoded, so a
+/// comparison per token at every quote would show in the operator's CPU while converging.
 fn encode(json: &[u8]) -> Vec<u8> {
     let (quoted, by_length) = (&*QUOTED, &*BY_LENGTH);
     let mut out = Vec::with_capacity(json.len() / 2);

@@ -443,8 +443,8 @@ mod tests {
 
     #[test]
     fn a_childs_digest_is_the_one_earlier_builds_applied() {
-        // Children in clusters carry the digests earlier builds stamped: a change here makes
-        // an upgrade rewrite every child once. These are what 68aca6e's build printed.
+        // Children in clusters carry the digests earlier builds stamped, which are these: a
+        // change here makes an upgrade rewrite every child once.
         let app: MyApp = serde_json::from_value(json!({
             "apiVersion": "example.com/v1", "kind": "MyApp",
             "metadata": {"name": "web", "namespace": "shop",

@@ -20,12 +20,12 @@ use serde_json::{Value, json};
 /// Convergence of the MyApps the bench created, read from the sandbox's store.
 ///
 /// Read in memory ([`Sandbox::stored`]), not through the API, so that observing costs the
-/// machine next to nothing the loader's run does not pay too. The bench used to list all three
-/// kinds every `apps / 10` ms (at 10,000 MyApps, a third of the machine's CPU), then kept watch
-/// caches of them: six more watch events per MyApp for the sandbox to send and the bench to
-/// parse, managedFields and all (kube_runtime and this module were in 8.4 % of the bench
-/// process's samples while converging at 10,000). A MyApp is read once those created before it
-/// converged, and once more each check while it is the first that has not.
+/// machine next to nothing the loader's run does not pay too. Listing the three kinds at every
+/// check costs the sandbox a list of every object each time, and watch caches of them six more
+/// watch events per MyApp for the sandbox to send and the bench to parse, managedFields and
+/// all: either would land on the same two cores as the operator and lower its rate against the
+/// loader. A MyApp is read once those created before it converged, and once more each check
+/// while it is the first that has not.
 pub struct Observed {
     sandbox: Sandbox,
     namespace: String,

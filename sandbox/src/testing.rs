@@ -54,6 +54,25 @@ pub fn tls_client_trusting(ca_pem: &str) -> rustls::ClientConfig {
 
 // === kubectl ===
 
+/// Says on the process's stderr that the running test is skipped for want of kubectl. A
+/// skipped test passes, so the line must not be captured with a passing test's output: libtest
+/// captures what `eprintln!` prints, not a write to the stderr handle, which therefore shows in
+/// `cargo test`'s output whatever the result. libtest names each test's thread after the test.
+fn report_kubectl_skip() {
+    use std::io::Write as _;
+    let thread = std::thread::current();
+    let test = thread
+        .name()
+        .filter(|name| *name != "main")
+        .unwrap_or("a kubectl test");
+    // With stderr gone there is nowhere left to say it.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED (kubectl not found on PATH): {test}; install kubectl, or set \
+         SANDBOX_REQUIRE_KUBECTL=1 to fail instead"
+    );
+}
+
 /// A kubectl environment: temp HOME, kubeconfig, cache dir.
 pub struct Kubectl {
     dir: tempfile::TempDir,
@@ -61,7 +80,9 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
-    /// A kubectl environment for `kubeconfig`, or None (test skipped) when kubectl is missing.
+    /// A kubectl environment for `kubeconfig`, or None when kubectl is missing: the calling test
+    /// then returns early, and the run's output names it as skipped. With
+    /// `SANDBOX_REQUIRE_KUBECTL=1` (as CI runs) a missing kubectl fails the test instead.
     pub fn new(kubeconfig: &str) -> Option<Kubectl> {
         let found = Command::new("kubectl")
             .arg("version")
@@ -70,11 +91,9 @@ impl Kubectl {
             .is_ok_and(|o| o.status.success());
         if !found {
             if std::env::var("SANDBOX_REQUIRE_KUBECTL").as_deref() == Ok("1") {
-                panic!("kubectl is not on PATH and SANDBOX_REQUIRE_KUBECTL=1");
+                panic!("kubectl is not on PATH and SANDBOX_REQUIRE_KUBECTL=1: install kubectl");
             }
-            eprintln!(
-                "skipping: kubectl is not on PATH (set SANDBOX_REQUIRE_KUBECTL=1 to fail instead)"
-            );
+            report_kubectl_skip();
             return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");

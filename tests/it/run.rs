@@ -203,11 +203,11 @@ async fn readyz(admin: SocketAddr) -> Option<u16> {
 }
 
 /// How long a test's probe or scrape waits for its answer before it counts as none (kubelet
-/// gives a probe 1 s by default). Without it, one CI run on 2026-12-03 hung for good in
-/// `idle_admin_connections_are_capped_and_timed_out_so_probes_keep_working`: it still held its
-/// 256 idle connections (the last loop consumes them), which the operator had closed, so it
-/// was past the cap check and in the readiness loop, whose only unbounded wait is this request.
-/// Why the answer never came was not found; the test passed in 5 s when run again.
+/// gives a probe 1 s by default). Without a bound, an answer that never comes hangs a test for
+/// good instead of failing it:
+/// `idle_admin_connections_are_capped_and_timed_out_so_probes_keep_working` has hung so in its
+/// readiness loop, past the cap check, where this request was the only unbounded wait (why
+/// that answer never came is not known).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The status code of a plain-HTTP GET of `path`, as a kubelet's httpGet probe sees it.
