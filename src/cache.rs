@@ -23,7 +23,8 @@ use std::borrow::Cow;
 use crate::{
     crd::{MyApp, MyAppSpec, MyAppStatus},
     resources::{
-        APP_NAME, APPLIED_DIGEST_ANNOTATION, FIELD_MANAGER, PORT_NAME, REPLICAS_ANNOTATION,
+        APP_NAME, APPLIED_DIGEST_ANNOTATION, FIELD_MANAGER, GENERATION_ANNOTATION, PORT_NAME,
+        REPLICAS_ANNOTATION,
     },
 };
 
@@ -44,8 +45,11 @@ const KNOWN: &[&str] = &[
     APP_NAME,
     FIELD_MANAGER,
     APPLIED_DIGEST_ANNOTATION,
+    GENERATION_ANNOTATION,
     REPLICAS_ANNOTATION,
     "true",
+    // The generation stamp of every MyApp never edited.
+    "1",
     PORT_NAME,
     "TCP",
     "ClusterIP",
@@ -480,9 +484,14 @@ impl WireMeta<Labels> {
         // Never read, and kube's store would copy it into the object's key.
         meta.uid = None;
         let mut annotations = annotations.unwrap_or_default();
-        annotations
-            .0
-            .retain(|(k, _)| k == APPLIED_DIGEST_ANNOTATION || k == REPLICAS_ANNOTATION);
+        annotations.0.retain(|(k, _)| {
+            [
+                APPLIED_DIGEST_ANNOTATION,
+                GENERATION_ANNOTATION,
+                REPLICAS_ANNOTATION,
+            ]
+            .contains(&k.as_str())
+        });
         (meta, labels.unwrap_or_default(), annotations)
     }
 }

@@ -184,6 +184,13 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         return plan;
     }
 
+    if planned_from_a_newer_spec(app, observed.deployment) {
+        // Our MyApp cache lags behind a spec already applied (by this replica before, or by
+        // another): nothing planned from this view may land. Its watch event comes.
+        plan.recheck = Some(PENDING_GRACE);
+        return plan;
+    }
+
     let desired = resources::desired_deployment(app);
     let deployment = child_state(
         &desired,
@@ -251,6 +258,23 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         plan.status = Some(StatusWrite { status, patch });
     }
     plan
+}
+
+/// Whether `deployment`, controlled by `app`, was planned from a newer generation than the one
+/// `app` is at (see [`resources::GENERATION_ANNOTATION`]).
+fn planned_from_a_newer_spec(app: &MyApp, deployment: Option<&CachedDeployment>) -> bool {
+    let Some(deployment) = deployment else {
+        return false;
+    };
+    let controlled = deployment
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| app.metadata.uid.as_ref() == Some(&owner.uid));
+    let stamped = deployment.annotations.get(resources::GENERATION_ANNOTATION);
+    let stamped = stamped.and_then(|g| g.parse::<i64>().ok());
+    controlled && stamped.is_some_and(|s| app.metadata.generation.is_some_and(|g| g < s))
 }
 
 /// How much longer a missing child we created `created` ago waits before it is created again.
@@ -674,6 +698,16 @@ mod tests {
                     ..Observed::default()
                 },
                 "nothing",
+            ),
+            (
+                "a Deployment planned from a newer spec than the cached MyApp's: nothing is written",
+                &steady,
+                Observed {
+                    deployment: Some(&edit_done),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "recheck 500ms",
             ),
             (
                 "a MyApp being deleted is left to the garbage collector",

@@ -33,6 +33,11 @@ pub const APPLIED_DIGEST_ANNOTATION: &str = "example.com/applied-digest";
 /// Annotation on the Deployment, `"true"` when the operator sets its `spec.replicas`: the
 /// controller reads it to hand the count over when a MyApp stops setting it.
 pub const REPLICAS_ANNOTATION: &str = "example.com/replicas-managed";
+/// Annotation on the Deployment: the MyApp generation it was planned from. Every spec field
+/// shapes the Deployment, so every generation rewrites it and the stamp costs no write of its
+/// own. A replica whose MyApp cache lags behind a Deployment stamped with a newer generation
+/// knows its view of the spec is stale, and writes nothing from it.
+pub const GENERATION_ANNOTATION: &str = "example.com/planned-from-generation";
 /// Name of the container (and of its port) in the Deployment's pod template.
 pub const PORT_NAME: &str = "http";
 
@@ -148,11 +153,12 @@ pub fn desired_deployment(app: &MyApp) -> Desired<Deployment> {
         ..Container::default()
     };
     let mut metadata = child_meta(app);
+    let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
     if spec.replicas.is_some() {
-        metadata.annotations = Some(BTreeMap::from([(
-            REPLICAS_ANNOTATION.into(),
-            "true".into(),
-        )]));
+        annotations.insert(REPLICAS_ANNOTATION.into(), "true".into());
+    }
+    if let Some(generation) = app.metadata.generation {
+        annotations.insert(GENERATION_ANNOTATION.into(), generation.to_string());
     }
     with_digest(Deployment {
         metadata,
