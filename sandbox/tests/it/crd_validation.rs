@@ -2,10 +2,11 @@
 //! paths; and the CRDs this project ships, accepted.
 
 use crate::support::fixtures::client;
+use crate::support::kubectl::served_kubectl;
 
 use kube::core::Status;
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::{Kubectl, path_str};
+use kube_sandbox::testing::path_str;
 use serde_json::{Value, json};
 
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -82,46 +83,46 @@ fn only_cause(causes: &[(String, String)]) -> (&str, &str) {
 }
 
 #[tokio::test]
-async fn a_cel_rule_that_does_not_parse_is_refused() {
-    let mut spec = replicas_spec();
-    spec["x-kubernetes-validations"] = json!([{"rule": "self.replicas >"}]);
-    let causes = refused(&gadget_crd(spec)).await;
-    let (field, message) = only_cause(&causes);
-    assert_eq!(field, format!("{SPEC}.x-kubernetes-validations[0].rule"));
-    assert!(
-        message.starts_with(
-            "Invalid value: apiextensions.ValidationRule{Rule:\"self.replicas >\", Message:\"\""
-        ) && message.contains(": compilation failed: ERROR: <input>:1:"),
-        "{message}"
-    );
-}
-
-#[tokio::test]
-async fn a_cel_rule_naming_a_field_the_schema_does_not_declare_is_refused() {
-    let mut spec = replicas_spec();
-    spec["x-kubernetes-validations"] = json!([{"rule": "self.replica >= 0"}]);
-    let causes = refused(&gadget_crd(spec)).await;
-    let (field, message) = only_cause(&causes);
-    assert_eq!(field, format!("{SPEC}.x-kubernetes-validations[0].rule"));
-    assert!(
-        message.ends_with(
-            "compilation failed: ERROR: <input>:1:5: undefined field 'replica'\n | self.replica >= 0\n | ....^"
+async fn a_cel_rule_that_does_not_compile_to_a_bool_is_refused() {
+    // (case, rule, how the message starts, what it holds, how it ends)
+    let cases = [
+        (
+            "a rule that does not parse",
+            "self.replicas >",
+            "Invalid value: apiextensions.ValidationRule{Rule:\"self.replicas >\", Message:\"\"",
+            ": compilation failed: ERROR: <input>:1:",
+            "",
         ),
-        "{message}"
-    );
-}
-
-#[tokio::test]
-async fn a_cel_rule_that_is_not_a_bool_is_refused() {
-    let mut spec = replicas_spec();
-    spec["x-kubernetes-validations"] = json!([{"rule": "self.replicas + 1"}]);
-    let causes = refused(&gadget_crd(spec)).await;
-    let (field, message) = only_cause(&causes);
-    assert_eq!(field, format!("{SPEC}.x-kubernetes-validations[0].rule"));
-    assert!(
-        message.ends_with(": cel expression must evaluate to a bool"),
-        "{message}"
-    );
+        (
+            "a rule naming a field the schema does not declare",
+            "self.replica >= 0",
+            "",
+            "",
+            "compilation failed: ERROR: <input>:1:5: undefined field 'replica'\n | self.replica >= 0\n | ....^",
+        ),
+        (
+            "a rule that is not a bool",
+            "self.replicas + 1",
+            "",
+            "",
+            ": cel expression must evaluate to a bool",
+        ),
+    ];
+    for (case, rule, starts, holds, ends) in cases {
+        let mut spec = replicas_spec();
+        spec["x-kubernetes-validations"] = json!([{ "rule": rule }]);
+        let causes = refused(&gadget_crd(spec)).await;
+        let (field, message) = only_cause(&causes);
+        assert_eq!(
+            field,
+            format!("{SPEC}.x-kubernetes-validations[0].rule"),
+            "{case}"
+        );
+        assert!(
+            message.starts_with(starts) && message.contains(holds) && message.ends_with(ends),
+            "{case}: {message}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -209,21 +210,6 @@ async fn rules_that_each_fit_but_together_exceed_the_per_crd_budget_are_refused(
 }
 
 #[tokio::test]
-async fn a_transition_rule_inside_an_atomic_list_is_refused() {
-    let spec = json!({"type": "object", "properties": {"ports": {"type": "array", "maxItems": 8, "items": {
-        "type": "object", "properties": {"name": {"type": "string", "maxLength": 15}},
-        "x-kubernetes-validations": [{"rule": "self.name == oldSelf.name"}]}}}});
-    let causes = refused(&gadget_crd(spec)).await;
-    assert_eq!(
-        only_cause(&causes),
-        (
-            format!("{SPEC}.properties[ports].items.x-kubernetes-validations[0].rule").as_str(),
-            format!("Invalid value: \"self.name == oldSelf.name\": oldSelf cannot be used on the uncorrelatable portion of the schema within {SPEC}.properties[ports]").as_str()
-        )
-    );
-}
-
-#[tokio::test]
 async fn a_root_schema_with_fields_status_extraction_would_lose_is_refused_with_a_status_subresource()
  {
     let mut crd = gadget_crd_with_root(
@@ -238,46 +224,51 @@ async fn a_root_schema_with_fields_status_extraction_would_lose_is_refused_with_
 }
 
 #[tokio::test]
-async fn a_non_structural_schema_is_refused() {
-    let spec = json!({"type": "object", "properties": {"replicas": {"minimum": 0}}});
-    let causes = refused(&gadget_crd(spec)).await;
-    assert_eq!(
-        only_cause(&causes),
-        (
-            format!("{SPEC}.properties[replicas].type").as_str(),
-            "Required value: must not be empty for specified object fields"
-        )
-    );
-}
-
-#[tokio::test]
-async fn a_list_map_key_that_is_neither_required_nor_defaulted_is_refused() {
-    let spec = json!({"type": "object", "properties": {"ports": {
+async fn a_crd_with_one_schema_error_is_refused_naming_its_field() {
+    let transition_rule = json!({"type": "object", "properties": {"ports": {"type": "array", "maxItems": 8, "items": {
+        "type": "object", "properties": {"name": {"type": "string", "maxLength": 15}},
+        "x-kubernetes-validations": [{"rule": "self.name == oldSelf.name"}]}}}});
+    let list_map = json!({"type": "object", "properties": {"ports": {
         "type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
         "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}}}});
-    let causes = refused(&gadget_crd(spec)).await;
-    assert_eq!(
-        only_cause(&causes),
-        (
-            format!("{SPEC}.properties[ports].items.properties[name].default").as_str(),
-            "Required value: this property is in x-kubernetes-list-map-keys, so it must have a default or be a required property"
-        )
-    );
-}
-
-#[tokio::test]
-async fn a_printer_column_whose_json_path_does_not_start_with_a_dot_is_refused() {
-    let mut crd = gadget_crd(replicas_spec());
-    crd["spec"]["versions"][0]["additionalPrinterColumns"] =
+    let mut printer_column = gadget_crd(replicas_spec());
+    printer_column["spec"]["versions"][0]["additionalPrinterColumns"] =
         json!([{"name": "Replicas", "type": "integer", "jsonPath": "spec.replicas"}]);
-    let causes = refused(&crd).await;
-    assert_eq!(
-        only_cause(&causes),
+    // (case, CRD, the field, the message)
+    let cases: Vec<(&str, Value, String, String)> = vec![
         (
-            "spec.additionalPrinterColumns[0].JSONPath",
-            "Invalid value: \"spec.replicas\": must be a simple json path starting with ."
-        )
-    );
+            "a transition rule inside an atomic list",
+            gadget_crd(transition_rule),
+            format!("{SPEC}.properties[ports].items.x-kubernetes-validations[0].rule"),
+            format!("Invalid value: \"self.name == oldSelf.name\": oldSelf cannot be used on the uncorrelatable portion of the schema within {SPEC}.properties[ports]"),
+        ),
+        (
+            "a non-structural schema",
+            gadget_crd(json!({"type": "object", "properties": {"replicas": {"minimum": 0}}})),
+            format!("{SPEC}.properties[replicas].type"),
+            "Required value: must not be empty for specified object fields".into(),
+        ),
+        (
+            "a list-map key that is neither required nor defaulted",
+            gadget_crd(list_map),
+            format!("{SPEC}.properties[ports].items.properties[name].default"),
+            "Required value: this property is in x-kubernetes-list-map-keys, so it must have a default or be a required property".into(),
+        ),
+        (
+            "a printer column whose JSON path does not start with a dot",
+            printer_column,
+            "spec.additionalPrinterColumns[0].JSONPath".into(),
+            "Invalid value: \"spec.replicas\": must be a simple json path starting with .".into(),
+        ),
+    ];
+    for (case, crd, field, message) in cases {
+        let causes = refused(&crd).await;
+        assert_eq!(
+            only_cause(&causes),
+            (field.as_str(), message.as_str()),
+            "{case}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -448,8 +439,7 @@ fn the_deployed_crds_rules_cost_well_under_the_limits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_of_a_non_structural_crd_prints_the_api_servers_refusal() {
     let sandbox = Sandbox::new();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let crd = gadget_crd(json!({"type": "object", "properties": {"replicas": {"minimum": 0}}}));

@@ -3,9 +3,9 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Api;
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::Kubectl;
 
 use crate::support::fixtures::client;
+use crate::support::kubectl::served_kubectl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_namespaces_config_maps_and_secrets_sent_as_protobuf() {
@@ -17,8 +17,7 @@ async fn kubectl_creates_namespaces_config_maps_and_secrets_sent_as_protobuf() {
 
 async fn create_with_kubectl_of(minor: u32) {
     let sandbox = Sandbox::builder().server_minor_version(minor).build();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let out = k.ok(&["create", "namespace", "team"]).await;

@@ -3,15 +3,16 @@
 //! each API accepts.
 
 use crate::support::fixtures;
+use crate::support::kubectl::served_kubectl;
 
 use fixtures::{Widget, client, install_crd, widget};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
 use k8s_openapi::api::events::v1::Event as EventsEvent;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::Kubectl;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 fn reporter() -> Reporter {
@@ -58,20 +59,37 @@ fn core_event(name: &str, regarding: &str, reason: &str, component: &str) -> Cor
     .unwrap()
 }
 
-#[tokio::test]
-async fn an_event_written_through_one_api_reads_through_the_other() {
-    let sandbox = Sandbox::new();
-    let client = client(&sandbox);
+/// The Events in `default` through core `v1` and through `events.k8s.io/v1`, after the core
+/// Event `a.1` (about ConfigMap `a`, from the kubelet) is created through the first.
+async fn event_apis(sandbox: &Sandbox) -> (Api<CoreEvent>, Api<EventsEvent>) {
+    let client = client(sandbox);
     let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
-    let events: Api<EventsEvent> = Api::namespaced(client.clone(), "default");
-
-    // Core in, events.k8s.io out.
+    let events: Api<EventsEvent> = Api::namespaced(client, "default");
     core.create(
         &PostParams::default(),
         &core_event("a.1", "a", "Synced", "kubelet"),
     )
     .await
     .unwrap();
+    (core, events)
+}
+
+/// The names of the Events `api` lists with the field selector `selector`, sorted.
+async fn selected<K>(api: &Api<K>, selector: &str) -> kube::Result<Vec<String>>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&ListParams::default().fields(selector)).await?;
+    let mut names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test]
+async fn an_event_written_through_one_api_reads_through_the_other() {
+    let sandbox = Sandbox::new();
+    // Core in, events.k8s.io out.
+    let (core, events) = event_apis(&sandbox).await;
     let read = events.get("a.1").await.unwrap();
     let regarding = read.regarding.as_ref().unwrap();
     assert_eq!(regarding.name.as_deref(), Some("a"));
@@ -169,15 +187,7 @@ async fn an_event_written_through_one_api_reads_through_the_other() {
 #[tokio::test]
 async fn events_are_selected_by_the_fields_each_api_supports() {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
-    let events: Api<EventsEvent> = Api::namespaced(client.clone(), "default");
-    core.create(
-        &PostParams::default(),
-        &core_event("a.1", "a", "Synced", "kubelet"),
-    )
-    .await
-    .unwrap();
+    let (core, events) = event_apis(&sandbox).await;
     core.create(
         &PostParams::default(),
         &core_event("b.1", "b", "Failed", ""),
@@ -190,122 +200,83 @@ async fn events_are_selected_by_the_fields_each_api_supports() {
         .await
         .unwrap();
 
-    let core_names = |selector: &'static str| {
-        let core = core.clone();
-        async move {
-            let list = core
-                .list(&ListParams::default().fields(selector))
-                .await
-                .unwrap_or_else(|e| panic!("{selector}: {e}"));
-            let mut names: Vec<String> = list
-                .items
-                .into_iter()
-                .filter_map(|e| e.metadata.name)
-                .collect();
-            names.sort();
-            names
-        }
-    };
-    assert_eq!(core_names("involvedObject.name=a").await, ["a.1"]);
-    assert_eq!(
-        core_names("involvedObject.kind=ConfigMap,involvedObject.uid=uid-b").await,
-        ["b.1"]
-    );
-    assert_eq!(
-        core_names("involvedObject.namespace=default,involvedObject.apiVersion=v1").await,
-        ["a.1", "b.1", "c.1"]
-    );
-    assert_eq!(
-        core_names("involvedObject.fieldPath=data.x,reason=Synced").await,
-        ["a.1", "c.1"]
-    );
-    assert_eq!(core_names("reason!=Synced").await, ["b.1"]);
-    assert_eq!(core_names("type=Warning,metadata.name=c.1").await, ["c.1"]);
-    // `source` is the source component, or the reporting component when there is none.
-    assert_eq!(core_names("source=kubelet").await, ["a.1"]);
-    assert_eq!(core_names("source=widget-controller").await, ["c.1"]);
-    assert_eq!(
-        core_names("reportingComponent=widget-controller").await,
-        ["c.1"]
-    );
-    assert_eq!(
-        core_names("involvedObject.resourceVersion=").await,
-        ["a.1", "b.1", "c.1"]
-    );
-
-    let events_names = |selector: &'static str| {
-        let events = events.clone();
-        async move {
-            let list = events
-                .list(&ListParams::default().fields(selector))
-                .await
-                .unwrap_or_else(|e| panic!("{selector}: {e}"));
-            let mut names: Vec<String> = list
-                .items
-                .into_iter()
-                .filter_map(|e| e.metadata.name)
-                .collect();
-            names.sort();
-            names
-        }
-    };
-    assert_eq!(events_names("regarding.name=b").await, ["b.1"]);
-    assert_eq!(
-        events_names("regarding.kind=ConfigMap,regarding.uid=uid-a").await,
-        ["a.1"]
-    );
-    assert_eq!(
-        events_names("reportingController=widget-controller").await,
-        ["c.1"]
-    );
-    assert_eq!(events_names("reason=Failed,type=Warning").await, ["b.1"]);
+    // (field selector, the Events core v1 selects)
+    let core_cases: Vec<(&str, &[&str])> = vec![
+        ("involvedObject.name=a", &["a.1"]),
+        (
+            "involvedObject.kind=ConfigMap,involvedObject.uid=uid-b",
+            &["b.1"],
+        ),
+        (
+            "involvedObject.namespace=default,involvedObject.apiVersion=v1",
+            &["a.1", "b.1", "c.1"],
+        ),
+        (
+            "involvedObject.fieldPath=data.x,reason=Synced",
+            &["a.1", "c.1"],
+        ),
+        ("reason!=Synced", &["b.1"]),
+        ("type=Warning,metadata.name=c.1", &["c.1"]),
+        // `source` is the source component, or the reporting component when there is none.
+        ("source=kubelet", &["a.1"]),
+        ("source=widget-controller", &["c.1"]),
+        ("reportingComponent=widget-controller", &["c.1"]),
+        ("involvedObject.resourceVersion=", &["a.1", "b.1", "c.1"]),
+    ];
+    for (selector, expected) in core_cases {
+        let names = selected(&core, selector).await;
+        assert_eq!(names.unwrap(), expected, "core v1: {selector}");
+    }
+    // (field selector, the Events events.k8s.io/v1 selects)
+    let events_cases: Vec<(&str, &[&str])> = vec![
+        ("regarding.name=b", &["b.1"]),
+        ("regarding.kind=ConfigMap,regarding.uid=uid-a", &["a.1"]),
+        ("reportingController=widget-controller", &["c.1"]),
+        ("reason=Failed,type=Warning", &["b.1"]),
+    ];
+    for (selector, expected) in events_cases {
+        let names = selected(&events, selector).await;
+        assert_eq!(names.unwrap(), expected, "events.k8s.io/v1: {selector}");
+    }
 
     // Each API refuses the other's labels and fields it does not index, as kube-apiserver does.
-    for (list, label) in [
+    // (API, what it answers a field selector with the label, the label)
+    let refused = [
         (
-            core.list(&ListParams::default().fields("regarding.name=a"))
-                .await,
+            "core v1",
+            selected(&core, "regarding.name=a").await,
             "regarding.name",
         ),
+        ("core v1", selected(&core, "message=x").await, "message"),
         (
-            core.list(&ListParams::default().fields("message=x")).await,
-            "message",
-        ),
-        (
-            core.list(&ListParams::default().fields("reportingController=x"))
-                .await,
+            "core v1",
+            selected(&core, "reportingController=x").await,
             "reportingController",
         ),
-    ] {
-        let Err(kube::Error::Api(status)) = list else {
-            panic!("{label}: {list:?}");
-        };
-        assert_eq!(status.code, 400, "{label}");
-        assert_eq!(status.reason, "BadRequest");
-        assert_eq!(
-            status.message,
-            format!("field label not supported: {label}")
-        );
-    }
-    for (list, label) in [
         (
-            events
-                .list(&ListParams::default().fields("involvedObject.name=a"))
-                .await,
+            "events.k8s.io/v1",
+            selected(&events, "involvedObject.name=a").await,
             "involvedObject.name",
         ),
         (
-            events.list(&ListParams::default().fields("note=x")).await,
+            "events.k8s.io/v1",
+            selected(&events, "note=x").await,
             "note",
         ),
-    ] {
-        let Err(kube::Error::Api(status)) = list else {
-            panic!("{label}: {list:?}");
+    ];
+    for (api, listed, label) in refused {
+        let Err(kube::Error::Api(status)) = listed else {
+            panic!("{api}: {label}: {listed:?}");
         };
-        assert_eq!(status.code, 400, "{label}");
+        assert_eq!(
+            (status.code, status.reason.as_str()),
+            (400, "BadRequest"),
+            "{api}: {label}"
+        );
         assert_eq!(
             status.message,
-            format!("field label not supported: {label}")
+            format!("field label not supported: {label}"),
+            "{api}"
         );
     }
 }
@@ -313,8 +284,7 @@ async fn events_are_selected_by_the_fields_each_api_supports() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorder_events_show_in_kubectl_get_events_and_describe() {
     let sandbox = Sandbox::new();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let client = client(&sandbox);

@@ -1,13 +1,14 @@
 //! `kubectl explain` on built-in kinds, from the OpenAPI v3 documents the sandbox serves.
 
+use crate::support::kubectl::served_kubectl;
+
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::{Kubectl, path_str};
+use kube_sandbox::testing::path_str;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_explains_built_in_fields_and_still_applies_keyed_lists() {
     let sandbox = Sandbox::new();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let out = k.ok(&["explain", "deployment.spec.replicas"]).await;

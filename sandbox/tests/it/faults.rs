@@ -1,7 +1,9 @@
 //! Fault injection: closed watches, expired resourceVersions, failing writes, the request log.
 
+use crate::support::api::{assert_refused, config_map, requests_with_verb};
 use crate::support::fixtures;
-use crate::support::webhook::{SERVICE, Webhook};
+use crate::support::watch::{initial_names, watch_from};
+use crate::support::webhook::{Webhook, create_cluster_object};
 
 use std::collections::BTreeSet;
 
@@ -10,29 +12,18 @@ use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube_sandbox::admission::ServiceRef;
 use kube_sandbox::testing::eventually;
 use kube_sandbox::{Sandbox, WriteFault};
 use serde_json::json;
-
-fn config_map(name: &str) -> ConfigMap {
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some(name.into());
-    cm
-}
 
 #[tokio::test]
 async fn a_watch_closed_mid_stream_resumes_from_its_version_without_losing_events() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
     let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
-    loop {
-        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
-            break;
-        }
-    }
+    initial_names(&mut events).await;
     cms.create(&PostParams::default(), &config_map("before"))
         .await
         .unwrap();
@@ -65,13 +56,8 @@ async fn a_watch_closed_mid_stream_resumes_from_its_version_without_losing_event
         !relisted,
         "the watcher resumed from its version instead of relisting"
     );
-    let watches: Vec<_> = sandbox
-        .faults()
-        .requests()
-        .into_iter()
-        .filter(|r| r.verb == "watch")
-        .collect();
-    assert!(watches.len() >= 2, "a second watch was opened: {watches:?}");
+    let watches = requests_with_verb(&sandbox, "watch");
+    assert!(watches >= 2, "a second watch was opened: {watches} watches");
 }
 
 #[tokio::test]
@@ -94,12 +80,7 @@ async fn an_expired_version_makes_the_kube_watcher_relist_and_converge() {
     })
     .await;
 
-    let lists_before = sandbox
-        .faults()
-        .requests()
-        .iter()
-        .filter(|r| r.verb == "list")
-        .count();
+    let lists_before = requests_with_verb(&sandbox, "list");
     sandbox.faults().expire_next_watch();
     sandbox.faults().close_watches();
     cms.create(&PostParams::default(), &config_map("b"))
@@ -110,12 +91,7 @@ async fn an_expired_version_makes_the_kube_watcher_relist_and_converge() {
         (names == BTreeSet::from(["a".to_string(), "b".to_string()])).then_some(())
     })
     .await;
-    let lists_after = sandbox
-        .faults()
-        .requests()
-        .iter()
-        .filter(|r| r.verb == "list")
-        .count();
+    let lists_after = requests_with_verb(&sandbox, "list");
     assert!(lists_after > lists_before, "the 410 led to a new list");
     task.abort();
 }
@@ -163,10 +139,7 @@ async fn failures_aimed_at_a_field_manager_spare_other_writers() {
     .expect("another manager's apply passes");
     let ours = PatchParams::apply("operator");
     let refused = cms.patch("b", &ours, &Patch::Apply(apply("b"))).await;
-    assert!(
-        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
-        "{refused:?}"
-    );
+    assert_refused(&refused, 409);
     cms.patch("b", &ours, &Patch::Apply(apply("b")))
         .await
         .expect("the fault is spent");
@@ -194,6 +167,19 @@ async fn the_request_log_records_verb_resource_subresource_manager_and_status() 
     assert_eq!(get.name.as_deref(), Some("missing"));
 }
 
+/// The events of a raw watch of the ConfigMaps in `default` with `query`, read to the end of its
+/// stream, and the body they came in.
+async fn watched(client: &kube::Client, query: &str) -> (Vec<serde_json::Value>, String) {
+    let uri = format!("/api/v1/namespaces/default/configmaps?watch=true&{query}");
+    let request = axum::http::Request::get(uri).body(Vec::new()).unwrap();
+    let body = client.request_text(request).await.unwrap();
+    let events = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (events, body)
+}
+
 #[tokio::test]
 async fn a_watch_from_a_version_older_than_the_log_gets_one_410_error_event() {
     let sandbox = Sandbox::builder().event_log_capacity(2).build();
@@ -204,16 +190,7 @@ async fn a_watch_from_a_version_older_than_the_log_gets_one_410_error_event() {
             .await
             .unwrap();
     }
-    let request = axum::http::Request::get(
-        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&timeoutSeconds=5",
-    )
-    .body(Vec::new())
-    .unwrap();
-    let body = client.request_text(request).await.unwrap();
-    let lines: Vec<serde_json::Value> = body
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (lines, body) = watched(&client, "resourceVersion=1&timeoutSeconds=5").await;
     assert_eq!(lines.len(), 1, "{body}");
     assert_eq!(lines[0]["type"], "ERROR");
     assert_eq!(lines[0]["object"]["code"], 410);
@@ -228,17 +205,8 @@ async fn a_watch_ends_after_its_timeout_seconds() {
     cms.create(&PostParams::default(), &config_map("a"))
         .await
         .unwrap();
-    let request = axum::http::Request::get(
-        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
-    )
-    .body(Vec::new())
-    .unwrap();
-    // request_text reads to the end of the stream: it returns only because the watch ends.
-    let body = client.request_text(request).await.unwrap();
-    let events: Vec<serde_json::Value> = body
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    // The watch is read to the end of its stream: this returns only because the watch ends.
+    let (events, body) = watched(&client, "timeoutSeconds=1").await;
     assert_eq!(events.len(), 1, "{body}");
     assert_eq!(events[0]["type"], "ADDED");
     assert_eq!(events[0]["object"]["metadata"]["name"], "a");
@@ -367,10 +335,7 @@ async fn status_counts_keep_every_answer_by_client_and_status_after_the_log_drop
     let taken = written
         .create(&PostParams::default(), &config_map("a"))
         .await;
-    assert!(
-        matches!(&taken, Err(kube::Error::Api(s)) if s.code == 409),
-        "{taken:?}"
-    );
+    assert_refused(&taken, 409);
     // A stale resourceVersion precondition, as an operator's apply planned from its cache.
     let stale = json!({"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": "v"}});
@@ -381,18 +346,12 @@ async fn status_counts_keep_every_answer_by_client_and_status_after_the_log_drop
             &Patch::Apply(&stale),
         )
         .await;
-    assert!(
-        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
-        "{refused:?}"
-    );
+    assert_refused(&refused, 409);
     sandbox.faults().fail_next_writes(1, WriteFault::Internal);
     let failed = written
         .create(&PostParams::default(), &config_map("b"))
         .await;
-    assert!(
-        matches!(&failed, Err(kube::Error::Api(s)) if s.code == 500),
-        "{failed:?}"
-    );
+    assert_refused(&failed, 500);
     read.get("a").await.unwrap();
     let _ = read.get("missing").await;
 
@@ -453,20 +412,9 @@ async fn a_write_stall_lets_k_concurrent_writes_land_and_refuses_the_rest_once_r
     // A mutating webhook keeps each create in flight (in admission) while the others arrive: a
     // write that finds k slots taken by writes not yet committed must be held too.
     let webhook = Webhook::start().await;
-    let sandbox = Sandbox::builder()
-        .webhook_service(
-            ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
-            webhook.address,
-        )
-        .build();
+    let sandbox = webhook.sandbox();
     let (mutating, _) = webhook.configurations("", "configmaps");
-    Api::<MutatingWebhookConfiguration>::all(client(&sandbox))
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(mutating).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_cluster_object::<MutatingWebhookConfiguration>(&client(&sandbox), mutating).await;
     let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let faults = sandbox.faults();
     faults.stall_writes_after("crashing-operator", 2);
@@ -558,10 +506,7 @@ async fn a_write_stall_counts_only_accepted_writes_of_any_verb_and_holds_the_nex
     let exists = stalled
         .create(&PostParams::default(), &config_map("a"))
         .await;
-    assert!(
-        matches!(&exists, Err(kube::Error::Api(s)) if s.code == 409),
-        "{exists:?}"
-    );
+    assert_refused(&exists, 409);
     let dry_run = PatchParams {
         dry_run: true,
         ..Default::default()
@@ -589,10 +534,7 @@ async fn a_write_stall_counts_only_accepted_writes_of_any_verb_and_holds_the_nex
     .await;
     faults.release_stalled();
     let refused = delete.await.unwrap();
-    assert!(
-        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 503),
-        "{refused:?}"
-    );
+    assert_refused(&refused, 503);
     let a = stalled
         .get("a")
         .await
@@ -631,11 +573,7 @@ async fn modified_under_a_read_hold(coalesce: bool) -> Vec<(String, String)> {
 
     faults.hold_reads("lagging-reader");
     let h = sandbox.resource_version().to_string();
-    let mut watch = held
-        .watch(&WatchParams::default(), &h)
-        .await
-        .unwrap()
-        .boxed();
+    let mut watch = watch_from(&held, &h).await;
     for v in ["v1", "v2", "v3"] {
         writer
             .patch("cm", &PatchParams::default(), &data(v))
@@ -656,11 +594,7 @@ async fn modified_under_a_read_hold(coalesce: bool) -> Vec<(String, String)> {
     );
     // A watch from a version the held client cannot have reached waits for the release.
     let beyond = live.metadata.resource_version.unwrap();
-    let mut from_beyond = held
-        .watch(&WatchParams::default(), &beyond)
-        .await
-        .unwrap()
-        .boxed();
+    let mut from_beyond = watch_from(&held, &beyond).await;
 
     faults.release_reads(coalesce);
     let mut seen = Vec::new();

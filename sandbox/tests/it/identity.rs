@@ -9,6 +9,8 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+
+use crate::support::api::api_error;
 use kube_sandbox::{Sandbox, Served};
 use serde_json::json;
 
@@ -36,48 +38,41 @@ async fn served() -> (Sandbox, Served, Client) {
         .await
         .unwrap();
     let admin = client(&served.kubeconfig()).await;
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": "myapp-operator"},
-        "rules": [
-            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "patch"]},
-            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["settings"], "verbs": ["get"]},
-        ],
-    }))
-    .unwrap();
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "myapp-operator"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "myapp-operator"},
-        "subjects": [{"kind": "ServiceAccount", "name": "myapp-operator", "namespace": NS}],
-    }))
-    .unwrap();
-    let patcher: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": "patcher"},
-        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}],
-    }))
-    .unwrap();
-    let patcher_binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "patcher"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "patcher"},
-        "subjects": [{"kind": "User", "name": "dave"}],
-    }))
-    .unwrap();
+    // (role, its rules, the subject bound to it)
+    let grants = [
+        (
+            "myapp-operator",
+            json!([
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "create", "patch"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["settings"], "verbs": ["get"]},
+            ]),
+            json!({"kind": "ServiceAccount", "name": "myapp-operator", "namespace": NS}),
+        ),
+        (
+            "patcher",
+            json!([{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]),
+            json!({"kind": "User", "name": "dave"}),
+        ),
+    ];
     let pp = PostParams::default();
-    Api::<ClusterRole>::all(admin.clone())
-        .create(&pp, &role)
-        .await
+    for (name, rules, subject) in grants {
+        let role: ClusterRole =
+            serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [subject],
+        }))
         .unwrap();
-    Api::<ClusterRole>::all(admin.clone())
-        .create(&pp, &patcher)
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&pp, &binding)
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&pp, &patcher_binding)
-        .await
-        .unwrap();
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&pp, &role)
+            .await
+            .unwrap();
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&pp, &binding)
+            .await
+            .unwrap();
+    }
     (sandbox, served, admin)
 }
 
@@ -92,10 +87,29 @@ fn deployment(name: &str) -> serde_json::Value {
 }
 
 fn status_of(err: kube::Error) -> (u16, String, String) {
-    match err {
-        kube::Error::Api(s) => (s.code, s.reason.clone(), s.message.clone()),
-        other => panic!("expected an API error, got {other}"),
-    }
+    let status = api_error(err);
+    (status.code, status.reason.clone(), status.message.clone())
+}
+
+/// The message of a refusal that must be a 403.
+fn forbidden(err: kube::Error) -> String {
+    let (code, _, message) = status_of(err);
+    assert_eq!(code, 403, "{message}");
+    message
+}
+
+/// A client of `kubeconfig`'s user that impersonates `user`.
+async fn impersonating(kubeconfig: &str, user: &str) -> Client {
+    let mut kubeconfig = Kubeconfig::from_yaml(kubeconfig).unwrap();
+    kubeconfig.auth_infos[0]
+        .auth_info
+        .as_mut()
+        .unwrap()
+        .impersonate = Some(user.into());
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,15 +148,10 @@ async fn a_service_account_token_is_allowed_what_its_roles_grant_and_nothing_els
         )
     );
 
-    let (code, _, message) = status_of(
-        Api::<Secret>::all(op.clone())
-            .list(&ListParams::default())
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(code, 403);
+    let secrets = Api::<Secret>::all(op.clone());
+    let listed = secrets.list(&ListParams::default()).await;
     assert_eq!(
-        message,
+        forbidden(listed.unwrap_err()),
         format!(
             "secrets is forbidden: User \"{SA}\" cannot list resource \"secrets\" in API group \"\" at the cluster scope"
         )
@@ -154,8 +163,7 @@ async fn a_service_account_token_is_allowed_what_its_roles_grant_and_nothing_els
     assert_eq!(status_of(cms.get("other").await.unwrap_err()).0, 403);
 
     // The scale subresource is not granted by `deployments`.
-    let (code, _, message) = status_of(deployments.get_scale("web").await.unwrap_err());
-    assert_eq!(code, 403);
+    let message = forbidden(deployments.get_scale("web").await.unwrap_err());
     assert!(
         message.contains("cannot get resource \"deployments/scale\""),
         "{message}"
@@ -288,15 +296,11 @@ async fn an_admin_reviews_another_users_access_and_others_may_not() {
 
     // The ServiceAccount may review itself (system:basic-user) but not others.
     let op = client(&served.kubeconfig_for_token("replica-0").unwrap()).await;
-    let (code, _, message) = status_of(
-        Api::<SubjectAccessReview>::all(op)
-            .create(&PostParams::default(), &review("create"))
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(code, 403);
+    let reviewed = Api::<SubjectAccessReview>::all(op)
+        .create(&PostParams::default(), &review("create"))
+        .await;
     assert_eq!(
-        message,
+        forbidden(reviewed.unwrap_err()),
         format!(
             "subjectaccessreviews.authorization.k8s.io is forbidden: User \"{SA}\" cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope"
         )
@@ -306,40 +310,18 @@ async fn an_admin_reviews_another_users_access_and_others_may_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_users_allowed_to_impersonate_may_act_as_another() {
     let (sandbox, served, _admin) = served().await;
-    let mut kubeconfig =
-        Kubeconfig::from_yaml(&served.kubeconfig_for_token("replica-0").unwrap()).unwrap();
-    kubeconfig.auth_infos[0]
-        .auth_info
-        .as_mut()
-        .unwrap()
-        .impersonate = Some("dave".into());
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let (code, _, message) = status_of(
-        Api::<Deployment>::all(Client::try_from(config).unwrap())
-            .list(&ListParams::default())
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!(code, 403);
+    let as_dave = impersonating(&served.kubeconfig_for_token("replica-0").unwrap(), "dave").await;
+    let listed = Api::<Deployment>::all(as_dave)
+        .list(&ListParams::default())
+        .await;
     assert_eq!(
-        message,
+        forbidden(listed.unwrap_err()),
         format!(
             "users \"dave\" is forbidden: User \"{SA}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
         )
     );
     // The admin may, and the request is then the impersonated user's.
-    let mut kubeconfig = Kubeconfig::from_yaml(&served.kubeconfig()).unwrap();
-    kubeconfig.auth_infos[0]
-        .auth_info
-        .as_mut()
-        .unwrap()
-        .impersonate = Some("dave".into());
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let err = Api::<Deployment>::all(Client::try_from(config).unwrap())
+    let err = Api::<Deployment>::all(impersonating(&served.kubeconfig(), "dave").await)
         .list(&ListParams::default())
         .await
         .unwrap_err();

@@ -1,6 +1,8 @@
 //! The real kube 5 client, watcher and Controller against the in-process router.
 
+use crate::support::api::{api_error, config_map, deployment, requests_with_verb, with_widgets};
 use crate::support::fixtures;
+use crate::support::watch::{changes, initial_names};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -95,9 +97,7 @@ fn error_policy(
 #[tokio::test]
 async fn controller_with_owns_reconciles_children_status_finalizers_and_gc() {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    install_crd(&client).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let (client, widgets) = with_widgets(&sandbox).await;
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -181,14 +181,10 @@ async fn watcher_sees_added_modified_and_deleted_with_resource_versions() {
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
     // The first poll runs the initial list; after InitDone the watch is live.
-    loop {
-        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
-            break;
-        }
-    }
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c1".into());
-    cms.create(&PostParams::default(), &cm).await.unwrap();
+    initial_names(&mut events).await;
+    cms.create(&PostParams::default(), &config_map("c1"))
+        .await
+        .unwrap();
     cms.patch(
         "c1",
         &PatchParams::default(),
@@ -198,14 +194,7 @@ async fn watcher_sees_added_modified_and_deleted_with_resource_versions() {
     .unwrap();
     cms.delete("c1", &DeleteParams::default()).await.unwrap();
 
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        match events.next().await.unwrap().unwrap() {
-            watcher::Event::Apply(obj) => seen.push(("apply", obj)),
-            watcher::Event::Delete(obj) => seen.push(("delete", obj)),
-            _ => {}
-        }
-    }
+    let seen = changes(&mut events, 3).await;
     let kinds: Vec<&str> = seen.iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, ["apply", "apply", "delete"]);
     assert_eq!(seen[1].1.data.as_ref().unwrap()["k"], "v");
@@ -222,19 +211,12 @@ async fn streaming_list_watch_gets_initial_events_and_the_end_bookmark() {
     let client = client(&sandbox);
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     for name in ["a", "b"] {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(name.into());
-        cms.create(&PostParams::default(), &cm).await.unwrap();
+        cms.create(&PostParams::default(), &config_map(name))
+            .await
+            .unwrap();
     }
     let mut stream = watcher(cms, watcher::Config::default().streaming_lists()).boxed();
-    let mut names = Vec::new();
-    loop {
-        match stream.next().await.unwrap().unwrap() {
-            watcher::Event::InitApply(cm) => names.push(cm.name_any()),
-            watcher::Event::InitDone => break,
-            _ => {}
-        }
-    }
+    let mut names = initial_names(&mut stream).await;
     names.sort();
     assert_eq!(names, ["a", "b"]);
 }
@@ -243,9 +225,10 @@ async fn streaming_list_watch_gets_initial_events_and_the_end_bookmark() {
 async fn put_with_a_stale_resource_version_is_a_conflict() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
-    let created = cms.create(&PostParams::default(), &cm).await.unwrap();
+    let created = cms
+        .create(&PostParams::default(), &config_map("c"))
+        .await
+        .unwrap();
     let mut first = created.clone();
     first.data = Some([("a".to_string(), "1".to_string())].into());
     cms.replace("c", &PostParams::default(), &first)
@@ -253,13 +236,11 @@ async fn put_with_a_stale_resource_version_is_a_conflict() {
         .unwrap();
     let mut stale = created;
     stale.data = Some([("a".to_string(), "2".to_string())].into());
-    let err = cms
-        .replace("c", &PostParams::default(), &stale)
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let status = api_error(
+        cms.replace("c", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(status.code, 409);
     assert_eq!(status.reason, "Conflict");
 }
@@ -268,8 +249,7 @@ async fn put_with_a_stale_resource_version_is_a_conflict() {
 async fn a_write_that_changes_nothing_bumps_nothing() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
+    let mut cm = config_map("c");
     cm.data = Some([("a".to_string(), "1".to_string())].into());
     let created = cms.create(&PostParams::default(), &cm).await.unwrap();
     let rv_before = sandbox.resource_version();
@@ -291,16 +271,13 @@ async fn a_write_that_changes_nothing_bumps_nothing() {
 #[tokio::test]
 async fn custom_resources_are_validated_defaulted_and_pruned_by_the_crd_schema() {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    install_crd(&client).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
-    let err = widgets
-        .create(&PostParams::default(), &widget("bad", -1, "x"))
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let (client, widgets) = with_widgets(&sandbox).await;
+    let status = api_error(
+        widgets
+            .create(&PostParams::default(), &widget("bad", -1, "x"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(status.code, 422);
     assert!(
         status.message.contains("spec.replicas"),
@@ -437,14 +414,6 @@ async fn a_watcher_with_a_page_size_and_a_selector_reads_every_matching_page() {
         let cm = serde_json::from_value(cm).unwrap();
         cms.create(&PostParams::default(), &cm).await.unwrap();
     }
-    let lists = || {
-        sandbox
-            .faults()
-            .requests()
-            .iter()
-            .filter(|r| r.verb == "list")
-            .count()
-    };
     for (config, expected, pages) in [
         (watcher::Config::default().page_size(2), 7, 4),
         (
@@ -459,7 +428,11 @@ async fn a_watcher_with_a_page_size_and_a_selector_reads_every_matching_page() {
         let task = tokio::spawn(stream.for_each(|_| async {}));
         store.wait_until_ready().await.unwrap();
         assert_eq!(store.state().len(), expected);
-        assert_eq!(lists(), pages, "{expected} objects in pages of 2");
+        assert_eq!(
+            requests_with_verb(&sandbox, "list"),
+            pages,
+            "{expected} objects in pages of 2"
+        );
         task.abort();
     }
 }
@@ -501,18 +474,8 @@ async fn simulated_deployment_controller_writes_rollout_status_and_can_fail() {
         .rollout_delay(Duration::from_millis(10))
         .build();
     let deployments: Api<Deployment> = Api::default_namespaced(client(&sandbox));
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "d"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "d"}},
-            "template": {"metadata": {"labels": {"app": "d"}},
-                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
-        },
-    }))
-    .unwrap();
     deployments
-        .create(&PostParams::default(), &deployment)
+        .create(&PostParams::default(), &deployment("d", 2, "nginx"))
         .await
         .unwrap();
     eventually("rollout status", || async {
@@ -553,9 +516,7 @@ async fn simulated_deployment_controller_writes_rollout_status_and_can_fail() {
 #[tokio::test]
 async fn deleting_a_crd_stops_serving_its_resources() {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    install_crd(&client).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let (client, widgets) = with_widgets(&sandbox).await;
     widgets
         .create(&PostParams::default(), &widget("w", 1, "m"))
         .await
@@ -573,10 +534,7 @@ async fn deleting_a_crd_stops_serving_its_resources() {
     crds.delete("widgets.sandbox.test", &DeleteParams::default())
         .await
         .unwrap();
-    let err = widgets.list(&ListParams::default()).await.unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let status = api_error(widgets.list(&ListParams::default()).await.unwrap_err());
     assert_eq!(status.code, 404);
 }
 
@@ -585,37 +543,22 @@ async fn a_label_selector_watch_sees_objects_enter_and_leave_the_selection() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
     let mut events = watcher(cms.clone(), watcher::Config::default().labels("app=web")).boxed();
-    loop {
-        if let watcher::Event::InitDone = events.next().await.unwrap().unwrap() {
-            break;
-        }
+    initial_names(&mut events).await;
+    cms.create(&PostParams::default(), &config_map("c"))
+        .await
+        .unwrap();
+    // Into the selection, then out of it.
+    for app in ["web", "db"] {
+        let label = json!({"metadata": {"labels": {"app": app}}});
+        cms.patch("c", &PatchParams::default(), &Patch::Merge(label))
+            .await
+            .unwrap();
     }
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
-    cms.create(&PostParams::default(), &cm).await.unwrap();
-    let label = |v: serde_json::Value| json!({"metadata": {"labels": {"app": v}}});
-    cms.patch(
-        "c",
-        &PatchParams::default(),
-        &Patch::Merge(label(json!("web"))),
-    )
-    .await
-    .unwrap();
-    cms.patch(
-        "c",
-        &PatchParams::default(),
-        &Patch::Merge(label(json!("db"))),
-    )
-    .await
-    .unwrap();
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        match events.next().await.unwrap().unwrap() {
-            watcher::Event::Apply(o) => seen.push(("apply", o.name_any())),
-            watcher::Event::Delete(o) => seen.push(("delete", o.name_any())),
-            _ => {}
-        }
-    }
+    let seen: Vec<(&str, String)> = changes(&mut events, 2)
+        .await
+        .into_iter()
+        .map(|(change, cm)| (change, cm.name_any()))
+        .collect();
     assert_eq!(
         seen,
         [("apply", "c".to_string()), ("delete", "c".to_string())]
@@ -627,8 +570,7 @@ async fn metadata_watchers_get_partial_object_metadata() {
     let sandbox = Sandbox::new();
     let client = client(&sandbox);
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
+    let mut cm = config_map("c");
     cm.data = Some([("secret".to_string(), "value".to_string())].into());
     cms.create(&PostParams::default(), &cm).await.unwrap();
     let listed = cms.list_metadata(&ListParams::default()).await.unwrap();
@@ -637,23 +579,13 @@ async fn metadata_watchers_get_partial_object_metadata() {
     let metadata: Api<kube::core::PartialObjectMeta<ConfigMap>> =
         Api::default_namespaced(client.clone());
     let mut stream = watcher(metadata, watcher::Config::default()).boxed();
-    let mut names = Vec::new();
-    loop {
-        match stream.next().await.unwrap().unwrap() {
-            watcher::Event::InitApply(m) => names.push(m.name_any()),
-            watcher::Event::InitDone => break,
-            _ => {}
-        }
-    }
-    assert_eq!(names, ["c"]);
+    assert_eq!(initial_names(&mut stream).await, ["c"]);
 }
 
 #[tokio::test]
 async fn status_writes_change_only_status_and_main_writes_keep_the_stored_status() {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    install_crd(&client).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let (_, widgets) = with_widgets(&sandbox).await;
     let mut w = widget("w", 1, "m");
     w.status = Some(WidgetStatus {
         observed_replicas: 9,
@@ -694,13 +626,11 @@ async fn status_writes_change_only_status_and_main_writes_keep_the_stored_status
 async fn dry_run_persists_nothing() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
     let pp = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    let answered = cms.create(&pp, &cm).await.unwrap();
+    let answered = cms.create(&pp, &config_map("c")).await.unwrap();
     assert_eq!(answered.metadata.name.as_deref(), Some("c"));
     assert!(cms.get_opt("c").await.unwrap().is_none());
 }
@@ -717,11 +647,11 @@ async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependent
         .await
         .unwrap();
     let team: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
-    let mut owner = ConfigMap::default();
-    owner.metadata.name = Some("owner".into());
-    let owner = team.create(&PostParams::default(), &owner).await.unwrap();
-    let mut dependent = ConfigMap::default();
-    dependent.metadata.name = Some("dependent".into());
+    let owner = team
+        .create(&PostParams::default(), &config_map("owner"))
+        .await
+        .unwrap();
+    let mut dependent = config_map("dependent");
     dependent.metadata.owner_references = Some(vec![
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: "v1".into(),
@@ -749,16 +679,7 @@ async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependent
     assert!(namespaces.get_opt("team").await.unwrap().is_none());
     assert!(team.get_opt("dependent").await.unwrap().is_none());
     let err = team
-        .create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: kube::api::ObjectMeta {
-                    name: Some("x".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
+        .create(&PostParams::default(), &config_map("x"))
         .await
         .unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.code == 404));
@@ -768,9 +689,10 @@ async fn deleting_a_namespace_deletes_its_contents_and_orphaning_keeps_dependent
 async fn a_dependent_written_after_its_owner_is_gone_is_collected() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
-    let mut owner = ConfigMap::default();
-    owner.metadata.name = Some("owner".into());
-    let owner = cms.create(&PostParams::default(), &owner).await.unwrap();
+    let owner = cms
+        .create(&PostParams::default(), &config_map("owner"))
+        .await
+        .unwrap();
     let reference =
         |name: &str, uid: String| k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: "v1".into(),
@@ -779,13 +701,10 @@ async fn a_dependent_written_after_its_owner_is_gone_is_collected() {
             uid,
             ..Default::default()
         };
-    let dependent = |name: &str, owners| ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            owner_references: Some(owners),
-            ..Default::default()
-        },
-        ..Default::default()
+    let dependent = |name: &str, owners| {
+        let mut cm = config_map(name);
+        cm.metadata.owner_references = Some(owners);
+        cm
     };
     cms.delete("owner", &DeleteParams::default()).await.unwrap();
     // A controller working from a stale cache recreates its child after the owner went.
@@ -796,18 +715,9 @@ async fn a_dependent_written_after_its_owner_is_gone_is_collected() {
     .await
     .unwrap();
     // A same-named owner with another uid is not the owner.
-    cms.create(
-        &PostParams::default(),
-        &ConfigMap {
-            metadata: kube::api::ObjectMeta {
-                name: Some("owner".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    cms.create(&PostParams::default(), &config_map("owner"))
+        .await
+        .unwrap();
     cms.create(
         &PostParams::default(),
         &dependent(
@@ -843,9 +753,7 @@ async fn a_dependent_written_after_its_owner_is_gone_is_collected() {
 #[tokio::test]
 async fn a_dependent_of_a_custom_kind_whose_crd_went_is_collected_once_the_kind_is_served_again() {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    install_crd(&client).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client.clone());
+    let (client, widgets) = with_widgets(&sandbox).await;
     let owner = widgets
         .create(&PostParams::default(), &widget("w1", 1, "hi"))
         .await
@@ -867,8 +775,7 @@ async fn a_dependent_of_a_custom_kind_whose_crd_went_is_collected_once_the_kind_
     // A controller with a stale cache writes a child of the Widget while its kind is not
     // served: nobody can tell yet whether the owner exists.
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
-    let mut child = ConfigMap::default();
-    child.metadata.name = Some("child".into());
+    let mut child = config_map("child");
     child.metadata.owner_references = owner.controller_owner_ref(&()).map(|r| vec![r]);
     cms.create(&PostParams::default(), &child).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -888,8 +795,7 @@ async fn a_dependent_of_a_custom_kind_whose_crd_went_is_collected_once_the_kind_
 async fn delete_answers_the_object_while_finalizers_remain_and_a_status_once_gone() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("held".into());
+    let mut cm = config_map("held");
     cm.metadata.finalizers = Some(vec!["sandbox.test/hold".into()]);
     cms.create(&PostParams::default(), &cm).await.unwrap();
     let pending = cms.delete("held", &DeleteParams::default()).await.unwrap();
@@ -915,9 +821,9 @@ async fn delete_answers_the_object_while_finalizers_remain_and_a_status_once_gon
     .unwrap();
     assert!(cms.get_opt("held").await.unwrap().is_none());
 
-    let mut free = ConfigMap::default();
-    free.metadata.name = Some("free".into());
-    cms.create(&PostParams::default(), &free).await.unwrap();
+    cms.create(&PostParams::default(), &config_map("free"))
+        .await
+        .unwrap();
     let gone = cms.delete("free", &DeleteParams::default()).await.unwrap();
     assert!(gone.is_right(), "immediate deletion answers a Status");
 }
@@ -927,151 +833,112 @@ async fn bad_requests_get_precise_status_errors() {
     let sandbox = Sandbox::new();
     let client = client(&sandbox);
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
-    cms.create(&PostParams::default(), &cm).await.unwrap();
+    cms.create(&PostParams::default(), &config_map("c"))
+        .await
+        .unwrap();
 
-    let send = |method: &str, uri: &str, content_type: &str, body: &str| {
-        axum::http::Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("content-type", content_type)
-            .body(body.as_bytes().to_vec())
-            .unwrap()
-    };
-    let cases = [
+    const CMS: &str = "/api/v1/namespaces/default/configmaps";
+    const JSON: &str = "application/json";
+    // (method, path, content type, body, code, reason)
+    let cases: Vec<(&str, String, &str, &str, u16, &str)> = vec![
+        ("POST", CMS.into(), JSON, "{not json", 400, "BadRequest"),
         (
-            send(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                "application/json",
-                "{not json",
-            ),
+            "POST",
+            CMS.into(),
+            JSON,
+            r#"{"kind":"Secret","metadata":{"name":"x"}}"#,
             400,
             "BadRequest",
         ),
         (
-            send(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                "application/json",
-                r#"{"kind":"Secret","metadata":{"name":"x"}}"#,
-            ),
-            400,
-            "BadRequest",
-        ),
-        (
-            send(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                "application/json",
-                r#"{"metadata":{"name":"Not_Valid"}}"#,
-            ),
+            "POST",
+            CMS.into(),
+            JSON,
+            r#"{"metadata":{"name":"Not_Valid"}}"#,
             422,
             "Invalid",
         ),
         (
-            send(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                "application/json",
-                r#"{"metadata":{}}"#,
-            ),
+            "POST",
+            CMS.into(),
+            JSON,
+            r#"{"metadata":{}}"#,
             422,
             "Invalid",
         ),
         (
-            send(
-                "POST",
-                "/api/v1/namespaces/nowhere/configmaps",
-                "application/json",
-                r#"{"metadata":{"name":"x"}}"#,
-            ),
+            "POST",
+            "/api/v1/namespaces/nowhere/configmaps".into(),
+            JSON,
+            r#"{"metadata":{"name":"x"}}"#,
             404,
             "NotFound",
         ),
         (
-            send(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                "application/json",
-                r#"{"metadata":{"name":"c"}}"#,
-            ),
+            "POST",
+            CMS.into(),
+            JSON,
+            r#"{"metadata":{"name":"c"}}"#,
             409,
             "AlreadyExists",
         ),
         (
-            send(
-                "PATCH",
-                "/api/v1/namespaces/default/configmaps/c",
-                "application/json-patch+json",
-                r#"[{"op":"remove","path":"/nope"}]"#,
-            ),
+            "PATCH",
+            format!("{CMS}/c"),
+            "application/json-patch+json",
+            r#"[{"op":"remove","path":"/nope"}]"#,
             422,
             "Invalid",
         ),
         (
-            send(
-                "PATCH",
-                "/api/v1/namespaces/default/configmaps/c",
-                "text/plain",
-                "x",
-            ),
+            "PATCH",
+            format!("{CMS}/c"),
+            "text/plain",
+            "x",
             415,
             "UnsupportedMediaType",
         ),
         (
-            send(
-                "PATCH",
-                "/api/v1/namespaces/default/configmaps/c",
-                "application/apply-patch+yaml",
-                "{}",
-            ),
+            "PATCH",
+            format!("{CMS}/c"),
+            "application/apply-patch+yaml",
+            "{}",
             422,
             "Invalid",
         ),
         (
-            send(
-                "GET",
-                "/api/v1/namespaces/default/configmaps?labelSelector=a%20%3E%201",
-                "application/json",
-                "",
-            ),
+            "GET",
+            format!("{CMS}?labelSelector=a%20%3E%201"),
+            JSON,
+            "",
             400,
             "BadRequest",
         ),
         (
-            send(
-                "GET",
-                "/api/v1/namespaces/default/widgets",
-                "application/json",
-                "",
-            ),
+            "GET",
+            "/api/v1/namespaces/default/widgets".into(),
+            JSON,
+            "",
             404,
             "NotFound",
         ),
+        ("GET", format!("{CMS}/c/scale"), JSON, "", 404, "NotFound"),
         (
-            send(
-                "GET",
-                "/api/v1/namespaces/default/configmaps/c/scale",
-                "application/json",
-                "",
-            ),
-            404,
-            "NotFound",
-        ),
-        (
-            send(
-                "PUT",
-                "/api/v1/namespaces/default/configmaps/c",
-                "application/json",
-                r#"{"metadata":{"name":"other"}}"#,
-            ),
+            "PUT",
+            format!("{CMS}/c"),
+            JSON,
+            r#"{"metadata":{"name":"other"}}"#,
             400,
             "BadRequest",
         ),
     ];
-    for (request, code, reason) in cases {
+    for (method, uri, content_type, body, code, reason) in cases {
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", content_type)
+            .body(body.as_bytes().to_vec())
+            .unwrap();
         let what = format!("{} {}", request.method(), request.uri());
         let err = client.request_text(request).await.unwrap_err();
         let kube::Error::Api(status) = err else {
@@ -1110,17 +977,15 @@ async fn server_side_apply_conflicts_with_another_manager_unless_forced() {
     )
     .await
     .unwrap();
-    let err = cms
-        .patch(
+    let status = api_error(
+        cms.patch(
             "c",
             &PatchParams::apply("second"),
             &Patch::Apply(config("2")),
         )
         .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+        .unwrap_err(),
+    );
     assert_eq!(status.code, 409);
     assert_eq!(
         status.message,
@@ -1141,18 +1006,8 @@ async fn server_side_apply_conflicts_with_another_manager_unless_forced() {
 async fn the_scale_subresource_reads_and_writes_replicas() {
     let sandbox = Sandbox::builder().deployment_controller(false).build();
     let deployments: Api<Deployment> = Api::default_namespaced(client(&sandbox));
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "d"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "d"}},
-            "template": {"metadata": {"labels": {"app": "d"}},
-                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
-        },
-    }))
-    .unwrap();
     deployments
-        .create(&PostParams::default(), &deployment)
+        .create(&PostParams::default(), &deployment("d", 2, "nginx"))
         .await
         .unwrap();
     let scale = deployments.get_scale("d").await.unwrap();
@@ -1176,8 +1031,7 @@ async fn the_scale_subresource_reads_and_writes_replicas() {
 async fn stored_reads_objects_as_a_get_answers_them_without_a_request() {
     let sandbox = Sandbox::new();
     let cms: Api<ConfigMap> = Api::default_namespaced(client(&sandbox));
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
+    let mut cm = config_map("c");
     cm.data = Some([("a".to_string(), "1".to_string())].into());
     cms.create(&PostParams::default(), &cm).await.unwrap();
     let got = serde_json::to_value(cms.get("c").await.unwrap()).unwrap();

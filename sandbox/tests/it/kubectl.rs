@@ -3,31 +3,19 @@
 //! Skipped (with a printed reason) when kubectl is not on PATH, unless
 //! `SANDBOX_REQUIRE_KUBECTL=1`, which turns a missing kubectl into a failure.
 
-use crate::support::fixtures;
+use crate::support::api::widget_yaml;
+use crate::support::kubectl::{apply_widget_crd, served_kubectl, stderr};
 
-use fixtures::Widget;
-use kube::CustomResourceExt;
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::{Kubectl, path_str};
-
-fn widget_yaml(name: &str, replicas: i32, message: &str) -> String {
-    format!(
-        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  message: {message}\n"
-    )
-}
+use kube_sandbox::testing::path_str;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_gets_and_deletes_custom_resources() {
     let sandbox = Sandbox::new();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
-    let crd = k.file(
-        "crd.json",
-        &serde_json::to_string_pretty(&Widget::crd()).unwrap(),
-    );
-    let out = k.ok(&["apply", "-f", path_str(&crd)]).await;
+    let out = apply_widget_crd(&k, &[]).await;
     assert!(out.contains("widgets.sandbox.test created"), "{out}");
 
     // Client-side apply: create, then a merge patch.
@@ -65,7 +53,7 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
     assert_eq!(out, "4");
     let out = k.run(&["scale", "widget", "w1", "--replicas=11"]).await;
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.replicas"));
+    assert!(stderr(&out).contains("spec.replicas"));
     k.ok(&["scale", "widget", "w1", "--replicas=2"]).await;
 
     // explain reads the CRD schema from the OpenAPI v3 document.
@@ -93,9 +81,9 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
     // The schema rejects a bad spec with the API server's wording.
     let bad = k.file("bad.yaml", &widget_yaml("bad", -1, "x"));
     let out = k.run(&["apply", "-f", path_str(&bad)]).await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let printed = stderr(&out);
     assert!(!out.status.success());
-    assert!(stderr.contains("spec.replicas"), "{stderr}");
+    assert!(printed.contains("spec.replicas"), "{printed}");
 
     // Unknown fields fail kubectl's default strict validation.
     let unknown = k.file(
@@ -103,9 +91,12 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
         "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: u\nspec:\n  replicas: 1\n  message: m\n  bogus: 1\n",
     );
     let out = k.run(&["apply", "-f", path_str(&unknown)]).await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let printed = stderr(&out);
     assert!(!out.status.success());
-    assert!(stderr.contains("unknown field \"spec.bogus\""), "{stderr}");
+    assert!(
+        printed.contains("unknown field \"spec.bogus\""),
+        "{printed}"
+    );
 
     // Delete waits for the object to go (through a watch).
     let out = k.ok(&["delete", "wd", "w1", "w2"]).await;
@@ -117,8 +108,7 @@ async fn kubectl_applies_gets_and_deletes_custom_resources() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_manages_built_in_kinds_by_short_name() {
     let sandbox = Sandbox::new();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let cm = k.file(
@@ -196,15 +186,10 @@ async fn every_dispatched_kubectl_build_applies_and_reads_custom_resources() {
         (33, "--validate=strict"),
     ] {
         let sandbox = Sandbox::builder().server_minor_version(minor).build();
-        let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+        let Some((_served, k)) = served_kubectl(&sandbox).await else {
             return;
         };
-        let crd = k.file(
-            "crd.json",
-            &serde_json::to_string_pretty(&Widget::crd()).unwrap(),
-        );
-        k.ok(&["apply", validate, "-f", path_str(&crd)]).await;
+        apply_widget_crd(&k, &[validate]).await;
         let w = k.file("w.yaml", &widget_yaml("w", 1, "hi"));
         k.ok(&["apply", validate, "-f", path_str(&w)]).await;
         k.ok(&["apply", validate, "--server-side", "-f", path_str(&w)])

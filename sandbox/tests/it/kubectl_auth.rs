@@ -6,6 +6,8 @@
 //! Skipped (with a printed reason) when kubectl is not on PATH, unless
 //! `SANDBOX_REQUIRE_KUBECTL=1`.
 
+use crate::support::kubectl::{stderr, stdout};
+
 use kube_sandbox::Sandbox;
 use kube_sandbox::testing::{Kubectl, path_str};
 
@@ -34,14 +36,6 @@ subjects:
   name: myapp-operator
   namespace: myapp-system
 "#;
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_checks_access_and_identity_and_prints_the_servers_denials() {
@@ -76,67 +70,46 @@ async fn kubectl_checks_access_and_identity_and_prints_the_servers_denials() {
     assert!(out.contains("myapp-operator"), "{out}");
 
     // can-i as the admin impersonating the ServiceAccount, and as the ServiceAccount itself.
-    let out = admin
-        .run(&[
-            "auth",
-            "can-i",
-            "create",
-            "deployments",
-            "-n",
-            "default",
-            "--as",
-            SA,
-        ])
-        .await;
-    assert_eq!(
-        (out.status.code(), stdout(&out).trim()),
-        (Some(0), "yes"),
-        "{}",
-        stderr(&out)
-    );
-    let out = admin
-        .run(&[
-            "auth",
-            "can-i",
-            "delete",
-            "deployments",
-            "-n",
-            "default",
-            "--as",
-            SA,
-        ])
-        .await;
-    assert_eq!(
-        (out.status.code(), stdout(&out).trim()),
-        (Some(1), "no"),
-        "{}",
-        stderr(&out)
-    );
-    let out = operator
-        .run(&[
-            "auth",
-            "can-i",
-            "patch",
-            "deployments.apps",
-            "-n",
-            "default",
-        ])
-        .await;
-    assert_eq!(
-        (out.status.code(), stdout(&out).trim()),
-        (Some(0), "yes"),
-        "{}",
-        stderr(&out)
-    );
-    let out = operator
-        .run(&["auth", "can-i", "get", "secrets", "-A"])
-        .await;
-    assert_eq!(
-        (out.status.code(), stdout(&out).trim()),
-        (Some(1), "no"),
-        "{}",
-        stderr(&out)
-    );
+    // (who asks, the question, the exit code, the answer)
+    let questions: Vec<(&str, &Kubectl, &[&str], i32, &str)> = vec![
+        (
+            "the admin as the ServiceAccount",
+            &admin,
+            &["create", "deployments", "-n", "default", "--as", SA],
+            0,
+            "yes",
+        ),
+        (
+            "the admin as the ServiceAccount",
+            &admin,
+            &["delete", "deployments", "-n", "default", "--as", SA],
+            1,
+            "no",
+        ),
+        (
+            "the ServiceAccount",
+            &operator,
+            &["patch", "deployments.apps", "-n", "default"],
+            0,
+            "yes",
+        ),
+        (
+            "the ServiceAccount",
+            &operator,
+            &["get", "secrets", "-A"],
+            1,
+            "no",
+        ),
+    ];
+    for (who, kubectl, question, code, answer) in questions {
+        let out = kubectl.run(&[&["auth", "can-i"], question].concat()).await;
+        assert_eq!(
+            (out.status.code(), stdout(&out).trim()),
+            (Some(code), answer),
+            "{who}: can-i {question:?}: {}",
+            stderr(&out)
+        );
+    }
 
     // whoami: the ServiceAccount's name, groups and its token's credential id.
     let out = operator.ok(&["auth", "whoami", "-o", "json"]).await;
@@ -159,22 +132,30 @@ async fn kubectl_checks_access_and_identity_and_prints_the_servers_denials() {
 
     // Allowed and forbidden commands as the ServiceAccount.
     operator.ok(&["get", "deployments", "-n", "default"]).await;
-    let out = operator.run(&["get", "secrets", "-A"]).await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains(&format!("Error from server (Forbidden): secrets is forbidden: User \"{SA}\" cannot list resource \"secrets\" in API group \"\" at the cluster scope")),
-        "{}",
-        stderr(&out)
-    );
-    let out = operator
-        .run(&["delete", "deployment", "web", "-n", "default"])
-        .await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains(&format!("Error from server (Forbidden): deployments.apps \"web\" is forbidden: User \"{SA}\" cannot delete resource \"deployments\" in API group \"apps\" in the namespace \"default\"")),
-        "{}",
-        stderr(&out)
-    );
+    // (command, what kubectl prints)
+    let forbidden: Vec<(&[&str], String)> = vec![
+        (
+            &["get", "secrets", "-A"],
+            format!(
+                "Error from server (Forbidden): secrets is forbidden: User \"{SA}\" cannot list resource \"secrets\" in API group \"\" at the cluster scope"
+            ),
+        ),
+        (
+            &["delete", "deployment", "web", "-n", "default"],
+            format!(
+                "Error from server (Forbidden): deployments.apps \"web\" is forbidden: User \"{SA}\" cannot delete resource \"deployments\" in API group \"apps\" in the namespace \"default\""
+            ),
+        ),
+    ];
+    for (command, printed) in forbidden {
+        let out = operator.run(command).await;
+        assert_eq!(out.status.code(), Some(1), "{command:?}");
+        assert!(
+            stderr(&out).contains(&printed),
+            "{command:?}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,16 +171,23 @@ async fn kubectl_with_a_wrong_token_must_log_in() {
     let Some(k) = Kubectl::new(&kubeconfig) else {
         return;
     };
-    let out = k.run(&["get", "namespaces"]).await;
-    assert_eq!(out.status.code(), Some(1));
     // client-go's discovery reads the 401 as "the server has asked for the client to provide
     // credentials"; other paths print the Status message "Unauthorized".
-    assert!(
-        stderr(&out).contains("error: You must be logged in to the server ("),
-        "{}",
-        stderr(&out)
-    );
-    let out = k.run(&["get", "--raw", "/api/v1/namespaces"]).await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("Unauthorized"), "{}", stderr(&out));
+    // (command, what kubectl prints)
+    let cases: Vec<(&[&str], &str)> = vec![
+        (
+            &["get", "namespaces"],
+            "error: You must be logged in to the server (",
+        ),
+        (&["get", "--raw", "/api/v1/namespaces"], "Unauthorized"),
+    ];
+    for (command, printed) in cases {
+        let out = k.run(command).await;
+        assert_eq!(out.status.code(), Some(1), "{command:?}");
+        assert!(
+            stderr(&out).contains(printed),
+            "{command:?}: {}",
+            stderr(&out)
+        );
+    }
 }

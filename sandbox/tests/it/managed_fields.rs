@@ -2,15 +2,18 @@
 //! and subresource, apply conflicts in its words, list-maps shared by key, and fields dropped
 //! from an apply kept while another manager owns them.
 
+use crate::support::api::api_error;
 use crate::support::fixtures::client;
+use crate::support::kubectl::served_kubectl;
+use crate::support::watch::watch_from;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Container};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent};
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::{Kubectl, path_str};
+use kube_sandbox::testing::path_str;
 use serde_json::{Value, json};
 
 fn deployment(replicas: i32) -> Value {
@@ -24,6 +27,36 @@ fn deployment(replicas: i32) -> Value {
                          "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
         },
     })
+}
+
+/// A sandbox without the Deployment controller, so that only the test writes Deployments, and
+/// its Deployments in `default`.
+fn deployments() -> (Sandbox, Api<Deployment>) {
+    let sandbox = Sandbox::builder().deployment_controller(false).build();
+    let api = Api::default_namespaced(client(&sandbox));
+    (sandbox, api)
+}
+
+/// Server-side applies Deployment `d` of `replicas` with `params`.
+async fn apply(
+    api: &Api<Deployment>,
+    params: &PatchParams,
+    replicas: i32,
+) -> kube::Result<Deployment> {
+    api.patch("d", params, &Patch::Apply(deployment(replicas)))
+        .await
+}
+
+/// Scales Deployment `d` to `replicas` through its scale subresource, as `manager`.
+async fn scale(api: &Api<Deployment>, manager: &str, replicas: i32) {
+    let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
+    api.patch_scale("d", &by(manager), &patch).await.unwrap();
+}
+
+/// The one container of Deployment `d`.
+fn the_container(d: &Deployment) -> &Container {
+    let template = &d.spec.as_ref().unwrap().template;
+    &template.spec.as_ref().unwrap().containers[0]
 }
 
 fn by(manager: &str) -> PatchParams {
@@ -63,8 +96,7 @@ fn fields_of(obj: &impl serde::Serialize, manager: &str) -> Value {
 
 #[tokio::test]
 async fn creates_applies_updates_scales_and_status_writes_each_record_their_fields() {
-    let sandbox = Sandbox::builder().deployment_controller(false).build();
-    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
+    let (_sandbox, api) = deployments();
     let create = PostParams {
         field_manager: Some("creator".into()),
         ..Default::default()
@@ -98,13 +130,7 @@ async fn creates_applies_updates_scales_and_status_writes_each_record_their_fiel
     )
     .await
     .unwrap();
-    api.patch_scale(
-        "d",
-        &by("scaler"),
-        &Patch::Merge(json!({"spec": {"replicas": 4}})),
-    )
-    .await
-    .unwrap();
+    scale(&api, "scaler", 4).await;
     api.patch_status(
         "d",
         &by("statuser"),
@@ -168,42 +194,14 @@ async fn creates_applies_updates_scales_and_status_writes_each_record_their_fiel
 
 #[tokio::test]
 async fn an_apply_of_other_replicas_after_a_scale_conflicts_with_the_scaler_until_forced() {
-    let sandbox = Sandbox::builder().deployment_controller(false).build();
-    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
-    api.patch(
-        "d",
-        &PatchParams::apply("ops"),
-        &Patch::Apply(deployment(2)),
-    )
-    .await
-    .unwrap();
-    api.patch_scale(
-        "d",
-        &by("kubectl-scale"),
-        &Patch::Merge(json!({"spec": {"replicas": 5}})),
-    )
-    .await
-    .unwrap();
+    let (_sandbox, api) = deployments();
+    let ops = PatchParams::apply("ops");
+    apply(&api, &ops, 2).await.unwrap();
+    scale(&api, "kubectl-scale", 5).await;
 
     // The same value is shared, not a conflict; another one is.
-    api.patch(
-        "d",
-        &PatchParams::apply("ops"),
-        &Patch::Apply(deployment(5)),
-    )
-    .await
-    .unwrap();
-    let err = api
-        .patch(
-            "d",
-            &PatchParams::apply("ops"),
-            &Patch::Apply(deployment(3)),
-        )
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    apply(&api, &ops, 5).await.unwrap();
+    let status = api_error(apply(&api, &ops, 3).await.unwrap_err());
     assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
     assert_eq!(
         status.message,
@@ -218,14 +216,7 @@ async fn an_apply_of_other_replicas_after_a_scale_conflicts_with_the_scaler_unti
         "conflict with \"kubectl-scale\" with subresource \"scale\" using apps/v1"
     );
 
-    let forced = api
-        .patch(
-            "d",
-            &PatchParams::apply("ops").force(),
-            &Patch::Apply(deployment(3)),
-        )
-        .await
-        .unwrap();
+    let forced = apply(&api, &ops.force(), 3).await.unwrap();
     assert_eq!(forced.spec.as_ref().unwrap().replicas, Some(3));
     let managers: Vec<String> = entries(&forced).into_iter().map(|(m, ..)| m).collect();
     assert_eq!(managers, ["ops"], "the scaler owned nothing else");
@@ -234,15 +225,8 @@ async fn an_apply_of_other_replicas_after_a_scale_conflicts_with_the_scaler_unti
 
 #[tokio::test]
 async fn two_appliers_of_one_containers_env_keep_each_others_entries_by_name() {
-    let sandbox = Sandbox::builder().deployment_controller(false).build();
-    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
-    api.patch(
-        "d",
-        &PatchParams::apply("base"),
-        &Patch::Apply(deployment(1)),
-    )
-    .await
-    .unwrap();
+    let (_sandbox, api) = deployments();
+    apply(&api, &PatchParams::apply("base"), 1).await.unwrap();
     let env = |name: &str, value: &str| {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
             "spec": {"template": {"spec": {"containers": [{"name": "c",
@@ -259,15 +243,7 @@ async fn two_appliers_of_one_containers_env_keep_each_others_entries_by_name() {
         .patch("d", &PatchParams::apply("a"), &Patch::Apply(env("A", "2")))
         .await
         .unwrap();
-    let container = &d
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0];
+    let container = the_container(&d);
     let got: Vec<(String, Option<String>)> = container
         .env
         .clone()
@@ -310,7 +286,7 @@ async fn two_appliers_of_one_containers_env_keep_each_others_entries_by_name() {
         )
         .await
         .unwrap();
-    let names: Vec<String> = d.spec.unwrap().template.spec.unwrap().containers[0]
+    let names: Vec<String> = the_container(&d)
         .env
         .clone()
         .unwrap_or_default()
@@ -375,31 +351,10 @@ async fn a_field_dropped_from_an_apply_stays_while_another_manager_owns_it() {
 
 #[tokio::test]
 async fn watch_events_carry_the_managed_fields_of_the_write() {
-    let sandbox = Sandbox::builder().deployment_controller(false).build();
-    let api: Api<Deployment> = Api::default_namespaced(client(&sandbox));
-    let created = api
-        .patch(
-            "d",
-            &PatchParams::apply("ops"),
-            &Patch::Apply(deployment(2)),
-        )
-        .await
-        .unwrap();
-    let mut events = api
-        .watch(
-            &WatchParams::default(),
-            &created.resource_version().unwrap(),
-        )
-        .await
-        .unwrap()
-        .boxed();
-    api.patch_scale(
-        "d",
-        &by("hpa"),
-        &Patch::Merge(json!({"spec": {"replicas": 7}})),
-    )
-    .await
-    .unwrap();
+    let (_sandbox, api) = deployments();
+    let created = apply(&api, &PatchParams::apply("ops"), 2).await.unwrap();
+    let mut events = watch_from(&api, &created.resource_version().unwrap()).await;
+    scale(&api, "hpa", 7).await;
     let Some(Ok(WatchEvent::Modified(scaled))) = events.next().await else {
         panic!("expected the scale as a MODIFIED event");
     };
@@ -418,9 +373,8 @@ async fn watch_events_carry_the_managed_fields_of_the_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_shows_managed_fields_only_when_asked() {
-    let sandbox = Sandbox::builder().deployment_controller(false).build();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let (sandbox, _) = deployments();
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let manifest = k.file("d.json", &deployment(2).to_string());

@@ -2,7 +2,9 @@
 //! a cluster, kubectl's rollout commands work on them, and deletion propagates (background,
 //! foreground, orphan) as the garbage collector does it.
 
+use crate::support::api::deployment;
 use crate::support::fixtures::client;
+use crate::support::kubectl::served_kubectl;
 
 use std::time::Duration;
 
@@ -11,23 +13,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::{Kubectl, eventually, path_str};
+use kube_sandbox::testing::{eventually, path_str};
 use serde_json::json;
 
 const REVISION: &str = "deployment.kubernetes.io/revision";
-
-fn deployment(name: &str, replicas: i32, image: &str) -> Deployment {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}},
-                         "spec": {"containers": [{"name": "c", "image": image}]}},
-        },
-    }))
-    .unwrap()
-}
 
 fn sandbox() -> Sandbox {
     Sandbox::builder()
@@ -48,6 +37,47 @@ impl Apis {
             replica_sets: Api::default_namespaced(client.clone()),
             pods: Api::default_namespaced(client.clone()),
         }
+    }
+
+    async fn create(&self, deployment: Deployment) -> Deployment {
+        self.deployments
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap()
+    }
+
+    /// Creates the Deployment and waits until it is rolled out.
+    async fn deploy(&self, deployment: Deployment) -> Deployment {
+        let name = deployment.name_any();
+        self.create(deployment).await;
+        self.rolled_out(&name).await
+    }
+
+    /// Changes the image of the Deployment's container `c`, as `kubectl set image` does.
+    async fn set_image(&self, name: &str, image: &str) {
+        let patch = json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "c", "image": image}]}}}});
+        self.deployments
+            .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the Deployment is gone.
+    async fn gone(&self, name: &str, what: &str) {
+        eventually(what, || async {
+            let found = self.deployments.get_opt(name).await.ok()?;
+            found.is_none().then_some(())
+        })
+        .await
+    }
+
+    /// Waits until no ReplicaSet or Pod is left.
+    async fn collected(&self, what: &str) {
+        eventually(what, || async {
+            (self.replica_sets().await.is_empty() && self.pods().await.is_empty()).then_some(())
+        })
+        .await
     }
 
     /// Waits until the Deployment's rollout of its current generation is complete.
@@ -81,6 +111,11 @@ impl Apis {
             .items
     }
 
+    async fn replica_set_names(&self) -> Vec<String> {
+        let replica_sets = self.replica_sets().await;
+        replica_sets.iter().map(ResourceExt::name_any).collect()
+    }
+
     async fn pods(&self) -> Vec<Pod> {
         self.pods.list(&ListParams::default()).await.unwrap().items
     }
@@ -90,15 +125,21 @@ fn revision(rs: &ReplicaSet) -> Option<&str> {
     rs.annotations().get(REVISION).map(String::as_str)
 }
 
+/// The revisions `kubectl rollout history` lists.
+fn revisions(history: &str) -> Vec<&str> {
+    history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
+
 #[tokio::test]
 async fn a_deployment_gets_a_replica_set_and_running_pods_named_and_owned_as_in_a_cluster() {
     let sandbox = sandbox();
     let apis = Apis::new(&client(&sandbox));
-    let created = apis
-        .deployments
-        .create(&PostParams::default(), &deployment("web", 2, "nginx:1.25"))
-        .await
-        .unwrap();
+    let created = apis.create(deployment("web", 2, "nginx:1.25")).await;
     let d = apis.rolled_out("web").await;
     assert_eq!(d.annotations().get(REVISION).map(String::as_str), Some("1"));
     let status = d.status.unwrap();
@@ -196,21 +237,9 @@ async fn a_deployment_gets_a_replica_set_and_running_pods_named_and_owned_as_in_
 async fn a_template_change_makes_a_second_replica_set_and_scales_the_first_to_zero() {
     let sandbox = sandbox();
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 3, "nginx:1.25"))
-        .await
-        .unwrap();
-    apis.rolled_out("web").await;
+    apis.deploy(deployment("web", 3, "nginx:1.25")).await;
     let first = apis.replica_sets().await.remove(0);
-    apis.deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"spec": {"template": {"spec": {
-                "containers": [{"name": "c", "image": "nginx:1.26"}]}}}})),
-        )
-        .await
-        .unwrap();
+    apis.set_image("web", "nginx:1.26").await;
     let d = apis.rolled_out("web").await;
     assert_eq!(d.annotations().get(REVISION).map(String::as_str), Some("2"));
     let replica_sets = apis.replica_sets().await;
@@ -245,21 +274,10 @@ async fn old_replica_sets_are_kept_only_up_to_the_revision_history_limit() {
     let apis = Apis::new(&client(&sandbox));
     let mut d = deployment("web", 1, "nginx:1.0");
     d.spec.as_mut().unwrap().revision_history_limit = Some(1);
-    apis.deployments
-        .create(&PostParams::default(), &d)
-        .await
-        .unwrap();
+    apis.create(d).await;
     for minor in 1..4 {
         apis.rolled_out("web").await;
-        apis.deployments
-            .patch(
-                "web",
-                &PatchParams::default(),
-                &Patch::Strategic(json!({"spec": {"template": {"spec": {
-                    "containers": [{"name": "c", "image": format!("nginx:1.{minor}")}]}}}})),
-            )
-            .await
-            .unwrap();
+        apis.set_image("web", &format!("nginx:1.{minor}")).await;
     }
     apis.rolled_out("web").await;
     let revisions = eventually("the oldest ReplicaSets are deleted", || async {
@@ -281,10 +299,7 @@ async fn a_failing_rollout_leaves_its_pods_pulling_and_the_deployment_past_its_d
     let sandbox = sandbox();
     sandbox.rollouts().set_failing(true);
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 1, "nginx:nope"))
-        .await
-        .unwrap();
+    apis.create(deployment("web", 1, "nginx:nope")).await;
     let message = eventually("the deadline passes", || async {
         let d = apis.deployments.get("web").await.ok()?;
         let c = d
@@ -322,11 +337,7 @@ async fn without_pod_simulation_only_the_deployment_status_is_written() {
         .simulate_pods(false)
         .build();
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 2, "nginx"))
-        .await
-        .unwrap();
-    apis.rolled_out("web").await;
+    apis.deploy(deployment("web", 2, "nginx")).await;
     assert!(apis.replica_sets().await.is_empty());
     assert!(apis.pods().await.is_empty());
 }
@@ -336,21 +347,10 @@ async fn an_excluded_deployment_gets_no_replica_sets_from_the_simulation() {
     let sandbox = sandbox();
     sandbox.rollouts().exclude("default", "mine");
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("mine", 2, "nginx"))
-        .await
-        .unwrap();
-    apis.deployments
-        .create(&PostParams::default(), &deployment("theirs", 1, "nginx"))
-        .await
-        .unwrap();
+    apis.create(deployment("mine", 2, "nginx")).await;
+    apis.create(deployment("theirs", 1, "nginx")).await;
     apis.rolled_out("theirs").await;
-    let names: Vec<String> = apis
-        .replica_sets()
-        .await
-        .iter()
-        .map(|r| r.name_any())
-        .collect();
+    let names = apis.replica_set_names().await;
     assert!(names.iter().all(|n| n.starts_with("theirs-")), "{names:?}");
     assert!(apis.deployments.get("mine").await.unwrap().status.is_none());
 }
@@ -359,19 +359,13 @@ async fn an_excluded_deployment_gets_no_replica_sets_from_the_simulation() {
 async fn deleting_a_deployment_collects_its_replica_sets_and_pods_in_the_background() {
     let sandbox = sandbox();
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 2, "nginx"))
-        .await
-        .unwrap();
-    apis.rolled_out("web").await;
+    apis.deploy(deployment("web", 2, "nginx")).await;
     apis.deployments
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the ReplicaSet and Pods are collected", || async {
-        (apis.replica_sets().await.is_empty() && apis.pods().await.is_empty()).then_some(())
-    })
-    .await;
+    apis.collected("the ReplicaSet and Pods are collected")
+        .await;
 }
 
 #[tokio::test]
@@ -379,11 +373,7 @@ async fn foreground_deletion_keeps_the_owner_until_its_blocking_dependents_are_g
     let sandbox = sandbox();
     let client = client(&sandbox);
     let apis = Apis::new(&client);
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 2, "nginx"))
-        .await
-        .unwrap();
-    let d = apis.rolled_out("web").await;
+    let d = apis.deploy(deployment("web", 2, "nginx")).await;
     // A dependent that holds on: it blocks its owner and has a finalizer of its own.
     let configmaps: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let held: ConfigMap = serde_json::from_value(json!({
@@ -410,10 +400,7 @@ async fn foreground_deletion_keeps_the_owner_until_its_blocking_dependents_are_g
         d.metadata.generation.map(|g| g + 1)
     );
 
-    eventually("the ReplicaSet and Pods go first", || async {
-        (apis.replica_sets().await.is_empty() && apis.pods().await.is_empty()).then_some(())
-    })
-    .await;
+    apis.collected("the ReplicaSet and Pods go first").await;
     let waiting = apis.deployments.get("web").await.unwrap();
     assert_eq!(
         waiting.finalizers(),
@@ -434,26 +421,15 @@ async fn foreground_deletion_keeps_the_owner_until_its_blocking_dependents_are_g
         )
         .await
         .unwrap();
-    eventually("the owner goes after its last dependent", || async {
-        apis.deployments
-            .get_opt("web")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    apis.gone("web", "the owner goes after its last dependent")
+        .await;
 }
 
 #[tokio::test]
 async fn orphan_deletion_leaves_the_replica_set_and_pods_without_their_owner() {
     let sandbox = sandbox();
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 2, "nginx"))
-        .await
-        .unwrap();
-    apis.rolled_out("web").await;
+    apis.deploy(deployment("web", 2, "nginx")).await;
     let answer = apis
         .deployments
         .delete("web", &DeleteParams::orphan())
@@ -463,15 +439,7 @@ async fn orphan_deletion_leaves_the_replica_set_and_pods_without_their_owner() {
         .left()
         .expect("the owner is answered while it orphans");
     assert_eq!(marked.finalizers(), ["orphan"]);
-    eventually("the Deployment goes", || async {
-        apis.deployments
-            .get_opt("web")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    apis.gone("web", "the Deployment goes").await;
     let replica_sets = apis.replica_sets().await;
     assert_eq!(replica_sets.len(), 1);
     assert!(replica_sets[0].metadata.owner_references.is_none());
@@ -544,8 +512,7 @@ async fn delete_options_with_two_policies_or_an_unknown_one_are_invalid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_rollout_status_history_and_undo_work_on_the_simulated_replica_sets() {
     let sandbox = sandbox();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let manifest = k.file(
@@ -558,28 +525,19 @@ async fn kubectl_rollout_status_history_and_undo_work_on_the_simulated_replica_s
         .unwrap(),
     );
     k.ok(&["apply", "-f", path_str(&manifest)]).await;
-    let out = k
-        .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
-        .await;
+    let status = ["rollout", "status", "deployment/web", "--timeout=60s"];
+    let out = k.ok(&status).await;
     assert!(
         out.contains("deployment \"web\" successfully rolled out"),
         "{out}"
     );
     k.ok(&["set", "image", "deployment/web", "c=nginx:1.26"])
         .await;
-    let out = k
-        .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
-        .await;
+    let out = k.ok(&status).await;
     assert!(out.contains("successfully rolled out"), "{out}");
 
     let out = k.ok(&["rollout", "history", "deployment/web"]).await;
-    let revisions: Vec<&str> = out
-        .lines()
-        .skip_while(|l| !l.starts_with("REVISION"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert_eq!(revisions, ["1", "2"], "{out}");
+    assert_eq!(revisions(&out), ["1", "2"], "{out}");
     let out = k
         .ok(&["rollout", "history", "deployment/web", "--revision=1"])
         .await;
@@ -587,8 +545,7 @@ async fn kubectl_rollout_status_history_and_undo_work_on_the_simulated_replica_s
 
     let out = k.ok(&["rollout", "undo", "deployment/web"]).await;
     assert!(out.contains("deployment.apps/web rolled back"), "{out}");
-    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
-        .await;
+    k.ok(&status).await;
     let image = k
         .ok(&[
             "get",
@@ -600,13 +557,11 @@ async fn kubectl_rollout_status_history_and_undo_work_on_the_simulated_replica_s
         .await;
     assert_eq!(image, "nginx:1.25");
     let out = k.ok(&["rollout", "history", "deployment/web"]).await;
-    let revisions: Vec<&str> = out
-        .lines()
-        .skip_while(|l| !l.starts_with("REVISION"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert_eq!(revisions, ["2", "3"], "revision 1 came back as 3: {out}");
+    assert_eq!(
+        revisions(&out),
+        ["2", "3"],
+        "revision 1 came back as 3: {out}"
+    );
 
     let out = k
         .ok(&["get", "pods", "-o", "jsonpath={.items[*].status.phase}"])
@@ -628,17 +583,12 @@ async fn kubectl_rollout_status_history_and_undo_work_on_the_simulated_replica_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_cascades_in_the_foreground_and_orphans_on_request() {
     let sandbox = sandbox();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let apis = Apis::new(&client(&sandbox));
     for name in ["fg", "orphaned"] {
-        apis.deployments
-            .create(&PostParams::default(), &deployment(name, 1, "nginx"))
-            .await
-            .unwrap();
-        apis.rolled_out(name).await;
+        apis.deploy(deployment(name, 1, "nginx")).await;
     }
     let out = k
         .ok(&["delete", "deployment", "fg", "--cascade=foreground"])
@@ -652,12 +602,7 @@ async fn kubectl_delete_cascades_in_the_foreground_and_orphans_on_request() {
         "{out}"
     );
     let left = eventually("only the orphans are left", || async {
-        let names: Vec<String> = apis
-            .replica_sets()
-            .await
-            .iter()
-            .map(|r| r.name_any())
-            .collect();
+        let names = apis.replica_set_names().await;
         (apis
             .deployments
             .list(&ListParams::default())
@@ -679,11 +624,7 @@ async fn kubectl_delete_cascades_in_the_foreground_and_orphans_on_request() {
 async fn a_deleted_pod_or_replica_set_is_made_again_by_its_controllers() {
     let sandbox = sandbox();
     let apis = Apis::new(&client(&sandbox));
-    apis.deployments
-        .create(&PostParams::default(), &deployment("web", 2, "nginx"))
-        .await
-        .unwrap();
-    apis.rolled_out("web").await;
+    apis.deploy(deployment("web", 2, "nginx")).await;
     let gone = apis.pods().await.remove(0).name_any();
     apis.pods
         .delete(&gone, &DeleteParams::default())

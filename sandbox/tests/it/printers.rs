@@ -1,10 +1,12 @@
 //! The columns kubectl prints for built-in kinds come from the server's Tables, as
 //! kube-apiserver's printers make them.
 
+use crate::support::kubectl::served_kubectl;
+
 use std::time::Duration;
 
 use kube_sandbox::Sandbox;
-use kube_sandbox::testing::{Kubectl, eventually, path_str};
+use kube_sandbox::testing::{eventually, path_str};
 
 const MANIFESTS: &str = r#"
 apiVersion: apps/v1
@@ -90,8 +92,7 @@ async fn kubectl_get_prints_built_in_kinds_with_kube_apiserver_columns() {
     let sandbox = Sandbox::builder()
         .rollout_delay(Duration::from_millis(20))
         .build();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     let manifests = k.file("all.yaml", MANIFESTS);

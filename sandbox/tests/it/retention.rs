@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, ObjectReference};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent};
 use kube::{Resource, ResourceExt};
 use kube_sandbox::Sandbox;
 use kube_sandbox::testing::eventually;
 use serde_json::json;
 
+use crate::support::api::config_map;
 use crate::support::fixtures::client;
+use crate::support::watch::watch_from;
 
 fn event(name: &str) -> Event {
     Event {
@@ -41,14 +43,7 @@ async fn events_are_deleted_when_their_time_to_live_has_passed_and_watchers_see_
         .create(&PostParams::default(), &event("e1"))
         .await
         .unwrap();
-    let mut watch = events
-        .watch(
-            &WatchParams::default(),
-            &created.resource_version().unwrap(),
-        )
-        .await
-        .unwrap()
-        .boxed();
+    let mut watch = watch_from(&events, &created.resource_version().unwrap()).await;
     // A list sweeps expired Events even when nothing else is written.
     eventually("the Event expires", || async {
         events
@@ -80,10 +75,8 @@ async fn events_live_an_hour_by_default() {
         .await
         .unwrap();
     let configmaps = Api::<ConfigMap>::default_namespaced(client(&sandbox));
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
     configmaps
-        .create(&PostParams::default(), &cm)
+        .create(&PostParams::default(), &config_map("c"))
         .await
         .unwrap();
     assert_eq!(
@@ -98,8 +91,7 @@ async fn the_watch_history_is_bounded_by_size_and_an_older_resume_must_relist() 
     let configmaps = Api::<ConfigMap>::default_namespaced(client(&sandbox));
     let mut first_rv = None;
     for i in 0..100 {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(format!("c{i}"));
+        let mut cm = config_map(&format!("c{i}"));
         cm.data = Some([("payload".to_owned(), "x".repeat(1000))].into());
         let created = configmaps
             .create(&PostParams::default(), &cm)
@@ -108,11 +100,7 @@ async fn the_watch_history_is_bounded_by_size_and_an_older_resume_must_relist() 
         first_rv.get_or_insert(created.resource_version().unwrap());
     }
     // About 2 KB of memory per event: the history holds the last ~10 writes, not all 100.
-    let mut old = configmaps
-        .watch(&WatchParams::default(), first_rv.as_deref().unwrap())
-        .await
-        .unwrap()
-        .boxed();
+    let mut old = watch_from(&configmaps, first_rv.as_deref().unwrap()).await;
     let answer = tokio::time::timeout(Duration::from_secs(10), old.next())
         .await
         .unwrap()
@@ -122,11 +110,7 @@ async fn the_watch_history_is_bounded_by_size_and_an_older_resume_must_relist() 
         "a resume from the first write is Expired: {answer:?}"
     );
     let recent = sandbox.resource_version() - 5;
-    let mut watch = configmaps
-        .watch(&WatchParams::default(), &recent.to_string())
-        .await
-        .unwrap()
-        .boxed();
+    let mut watch = watch_from(&configmaps, &recent.to_string()).await;
     let replayed = tokio::time::timeout(Duration::from_secs(10), watch.next())
         .await
         .unwrap()
@@ -139,16 +123,13 @@ async fn the_watch_history_is_bounded_by_size_and_an_older_resume_must_relist() 
 async fn a_dependent_that_dropped_its_owner_reference_outlives_the_owner() {
     let sandbox = Sandbox::new();
     let configmaps = Api::<ConfigMap>::default_namespaced(client(&sandbox));
-    let mut owner = ConfigMap::default();
-    owner.metadata.name = Some("owner".into());
     let owner = configmaps
-        .create(&PostParams::default(), &owner)
+        .create(&PostParams::default(), &config_map("owner"))
         .await
         .unwrap();
     let reference = owner.controller_owner_ref(&()).unwrap();
     for name in ["kept", "collected"] {
-        let mut dependent = ConfigMap::default();
-        dependent.metadata.name = Some(name.into());
+        let mut dependent = config_map(name);
         dependent.metadata.owner_references = Some(vec![reference.clone()]);
         configmaps
             .create(&PostParams::default(), &dependent)

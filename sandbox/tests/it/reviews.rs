@@ -2,16 +2,14 @@
 //! them (`apiserver/pkg/endpoints/handlers/{create,update,patch,delete}.go`,
 //! `registry/generic/registry/store.go`), and how a denial without a reason reaches kubectl.
 
-use crate::support::fixtures::{Widget, client, install_crd};
-use crate::support::webhook::{SERVICE, Webhook};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
+use crate::support::api::{api_error, widget_yaml};
+use crate::support::fixtures::{Widget, client};
+use crate::support::kubectl::{apply_widget_crd, served_kubectl, stderr};
+use crate::support::webhook::Webhook;
+use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::{Client, CustomResourceExt};
 use kube_sandbox::Sandbox;
-use kube_sandbox::admission::ServiceRef;
-use kube_sandbox::testing::{Kubectl, path_str};
+use kube_sandbox::testing::path_str;
 use serde_json::{Value, json};
 
 const WIDGETS: &str = "/apis/sandbox.test/v1/namespaces/default/widgets";
@@ -19,14 +17,6 @@ const WIDGETS: &str = "/apis/sandbox.test/v1/namespaces/default/widgets";
 /// A sandbox with the Widget CRD, a mutating webhook at `mutate_path` and a validating one at
 /// `validate_path`, both for every operation on widgets and free of side effects.
 async fn sandbox_reviewing(webhook: &Webhook, mutate_path: &str, validate_path: &str) -> Sandbox {
-    let sandbox = Sandbox::builder()
-        .webhook_service(
-            ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
-            webhook.address,
-        )
-        .build();
-    let client = client(&sandbox);
-    install_crd(&client).await;
     let (mut mutating, mut validating) = webhook.configurations("sandbox.test", "widgets");
     for (config, path) in [
         (&mut mutating, mutate_path),
@@ -37,22 +27,20 @@ async fn sandbox_reviewing(webhook: &Webhook, mutate_path: &str, validate_path: 
         hook["clientConfig"]["service"]["path"] = json!(path);
     }
     validating["webhooks"][0]["name"] = json!("deny.sandbox.test");
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(mutating).unwrap(),
-        )
-        .await
-        .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(validating).unwrap(),
-        )
-        .await
-        .unwrap();
-    sandbox
+    webhook.sandbox_with(mutating, validating).await
 }
+
+/// A webhook, the sandbox [`sandbox_reviewing`] makes for it, and a client of that sandbox.
+async fn reviewing(mutate_path: &str, validate_path: &str) -> (Webhook, Sandbox, Client) {
+    let webhook = Webhook::start().await;
+    let sandbox = sandbox_reviewing(&webhook, mutate_path, validate_path).await;
+    let client = client(&sandbox);
+    clear(&webhook);
+    (webhook, sandbox, client)
+}
+
+const JSON: &str = "application/json";
+const MERGE_PATCH: &str = "application/merge-patch+json";
 
 /// Sends one request with a JSON body (none when `body` is null).
 async fn send(
@@ -100,16 +88,11 @@ fn widget_body(metadata: Value) -> Value {
 #[tokio::test]
 async fn a_create_is_reviewed_before_and_after_the_server_sets_uid_creation_time_generation_and_name()
  {
-    let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
-    let client = client(&sandbox);
-    clear(&webhook);
+    let (webhook, _sandbox, client) = reviewing("/mutate", "/validate").await;
 
     let uri = format!("{WIDGETS}?fieldManager=maker&fieldValidation=Strict");
     let body = widget_body(json!({"generateName": "gen-"}));
-    let created = send(&client, "POST", &uri, "application/json", &body)
-        .await
-        .unwrap();
+    let created = send(&client, "POST", &uri, JSON, &body).await.unwrap();
     let (mutating, validating) = (one(&webhook, "/mutate"), one(&webhook, "/validate"));
 
     // Mutating admission runs before the registry store: nothing server-set yet, no name.
@@ -143,16 +126,11 @@ async fn a_create_is_reviewed_before_and_after_the_server_sets_uid_creation_time
 
 #[tokio::test]
 async fn a_status_a_mutating_webhook_sees_on_create_is_gone_by_validation() {
-    let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
-    let client = client(&sandbox);
-    clear(&webhook);
+    let (webhook, _sandbox, client) = reviewing("/mutate", "/validate").await;
 
     let mut body = widget_body(json!({"name": "with-status"}));
     body["status"] = json!({"observed_replicas": 3});
-    send(&client, "POST", WIDGETS, "application/json", &body)
-        .await
-        .unwrap();
+    send(&client, "POST", WIDGETS, JSON, &body).await.unwrap();
     // The status is dropped by the strategy's PrepareForCreate, after mutating admission.
     let mutating = one(&webhook, "/mutate");
     assert_eq!(mutating["object"]["status"]["observed_replicas"], 3);
@@ -162,10 +140,7 @@ async fn a_status_a_mutating_webhook_sees_on_create_is_gone_by_validation() {
 
 #[tokio::test]
 async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with_create_options() {
-    let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
-    let client = client(&sandbox);
-    clear(&webhook);
+    let (webhook, _sandbox, client) = reviewing("/mutate", "/validate").await;
 
     // A server-side apply that creates: CREATE with CreateOptions, no `force`.
     let uri = format!("{WIDGETS}/applied?fieldManager=applier&force=true");
@@ -198,15 +173,9 @@ async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with
     // A merge patch: UPDATE with UpdateOptions carrying what the query asked.
     let uri = format!("{WIDGETS}/applied?fieldManager=patcher&fieldValidation=Ignore");
     let patch = json!({"spec": {"replicas": 2}});
-    send(
-        &client,
-        "PATCH",
-        &uri,
-        "application/merge-patch+json",
-        &patch,
-    )
-    .await
-    .unwrap();
+    send(&client, "PATCH", &uri, MERGE_PATCH, &patch)
+        .await
+        .unwrap();
     for path in ["/mutate", "/validate"] {
         let request = one(&webhook, path);
         assert_eq!(request["operation"], "UPDATE");
@@ -223,7 +192,7 @@ async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with
         &client,
         "GET",
         &format!("{WIDGETS}/applied"),
-        "application/json",
+        JSON,
         &Value::Null,
     )
     .await
@@ -233,7 +202,7 @@ async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with
         &client,
         "PUT",
         &format!("{WIDGETS}/applied"),
-        "application/json",
+        JSON,
         &current,
     )
     .await
@@ -247,10 +216,7 @@ async fn patches_are_reviewed_with_update_options_and_an_apply_that_creates_with
 
 #[tokio::test]
 async fn webhooks_see_the_writers_managed_fields_and_what_they_change_is_owned_by_no_one() {
-    let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/label", "/validate").await;
-    let client = client(&sandbox);
-    clear(&webhook);
+    let (webhook, _sandbox, client) = reviewing("/label", "/validate").await;
     let managers = |object: &Value| -> Vec<(String, String)> {
         let entries = object["metadata"]["managedFields"].as_array().cloned();
         entries
@@ -272,7 +238,7 @@ async fn webhooks_see_the_writers_managed_fields_and_what_they_change_is_owned_b
         &client,
         "POST",
         &uri,
-        "application/json",
+        JSON,
         &widget_body(json!({"name": "owned"})),
     )
     .await
@@ -293,15 +259,9 @@ async fn webhooks_see_the_writers_managed_fields_and_what_they_change_is_owned_b
 
     let uri = format!("{WIDGETS}/owned?fieldManager=patcher");
     let patch = json!({"spec": {"replicas": 2}});
-    send(
-        &client,
-        "PATCH",
-        &uri,
-        "application/merge-patch+json",
-        &patch,
-    )
-    .await
-    .unwrap();
+    send(&client, "PATCH", &uri, MERGE_PATCH, &patch)
+        .await
+        .unwrap();
     let request = one(&webhook, "/label");
     assert_eq!(
         managers(&request["object"]),
@@ -312,13 +272,9 @@ async fn webhooks_see_the_writers_managed_fields_and_what_they_change_is_owned_b
 
 #[tokio::test]
 async fn a_dry_run_delete_is_reviewed_as_a_dry_run_with_its_delete_options() {
-    let webhook = Webhook::start().await;
-    let sandbox = sandbox_reviewing(&webhook, "/mutate", "/validate").await;
-    let client = client(&sandbox);
+    let (webhook, _sandbox, client) = reviewing("/mutate", "/validate").await;
     let body = widget_body(json!({"name": "kept"}));
-    send(&client, "POST", WIDGETS, "application/json", &body)
-        .await
-        .unwrap();
+    send(&client, "POST", WIDGETS, JSON, &body).await.unwrap();
     clear(&webhook);
 
     // kubectl and kube send the options as the body.
@@ -328,7 +284,7 @@ async fn a_dry_run_delete_is_reviewed_as_a_dry_run_with_its_delete_options() {
         &client,
         "DELETE",
         &format!("{WIDGETS}/kept"),
-        "application/json",
+        JSON,
         &options,
     )
     .await
@@ -347,7 +303,7 @@ async fn a_dry_run_delete_is_reviewed_as_a_dry_run_with_its_delete_options() {
     // Without a body, the query is the options.
     clear(&webhook);
     let uri = format!("{WIDGETS}/kept?dryRun=All&gracePeriodSeconds=0");
-    send(&client, "DELETE", &uri, "application/json", &Value::Null)
+    send(&client, "DELETE", &uri, JSON, &Value::Null)
         .await
         .unwrap();
     let request = one(&webhook, "/validate");
@@ -366,16 +322,15 @@ async fn a_denial_without_a_reason_reaches_the_client_with_no_reason() {
     let webhook = Webhook::start().await;
     let sandbox = sandbox_reviewing(&webhook, "/mutate", "/deny").await;
     let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
-    let err = widgets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(widget_body(json!({"name": "no"}))).unwrap(),
-        )
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let status = api_error(
+        widgets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(widget_body(json!({"name": "no"}))).unwrap(),
+            )
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(status.code, 400);
     assert_eq!(status.reason, "");
     assert_eq!(
@@ -388,22 +343,17 @@ async fn a_denial_without_a_reason_reaches_the_client_with_no_reason() {
 async fn kubectl_prints_a_denial_without_a_reason_as_error_from_server() {
     let webhook = Webhook::start().await;
     let sandbox = sandbox_reviewing(&webhook, "/mutate", "/deny").await;
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
-    let crd = k.file("crd.json", &serde_json::to_string(&Widget::crd()).unwrap());
-    k.ok(&["apply", "-f", path_str(&crd)]).await;
-    let manifest = k.file(
-        "closed.yaml",
-        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: closed\nspec:\n  replicas: 1\n  message: m\n",
-    );
+    apply_widget_crd(&k, &[]).await;
+    let manifest = k.file("closed.yaml", &widget_yaml("closed", 1, "m"));
     let out = k.run(&["create", "-f", path_str(&manifest)]).await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let printed = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{printed}");
     // kubectl's StandardErrorMessage: `Error from server (<reason>): ` only with a reason.
     assert_eq!(
-        stderr.trim_end(),
+        printed.trim_end(),
         format!(
             "Error from server: error when creating \"{}\": admission webhook \"deny.sandbox.test\" denied the request: widgets are closed",
             path_str(&manifest)

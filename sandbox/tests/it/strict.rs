@@ -1,7 +1,8 @@
 //! Requests kube-apiserver 1.33 refuses, refused here the same way (code, reason, message), so
 //! that a client that sends them fails in the tests as it would fail in a cluster.
 
-use crate::support::fixtures::{Widget, client, install_crd, widget};
+use crate::support::api::{config_map, with_widgets};
+use crate::support::fixtures::widget;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
@@ -39,9 +40,8 @@ async fn refusal(
 
 async fn sandbox_with_widget() -> (Sandbox, kube::Client, Value) {
     let sandbox = Sandbox::new();
-    let client = client(&sandbox);
-    install_crd(&client).await;
-    let created = Api::<Widget>::default_namespaced(client.clone())
+    let (client, widgets) = with_widgets(&sandbox).await;
+    let created = widgets
         .create(&PostParams::default(), &widget("w", 1, "m"))
         .await
         .unwrap();
@@ -150,10 +150,8 @@ async fn a_put_of_a_custom_resource_needs_a_resource_version_and_a_built_in_one_
     );
 
     let configmaps = Api::<ConfigMap>::default_namespaced(client.clone());
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("c".into());
     configmaps
-        .create(&PostParams::default(), &cm)
+        .create(&PostParams::default(), &config_map("c"))
         .await
         .unwrap();
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}});

@@ -1,4 +1,7 @@
 //! What several test modules share.
 
+pub mod api;
 pub mod fixtures;
+pub mod kubectl;
+pub mod watch;
 pub mod webhook;

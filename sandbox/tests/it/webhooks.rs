@@ -1,69 +1,57 @@
 //! The sandbox's write path through real HTTPS admission webhooks, and built-in defaults, seen
 //! by the kube client and by kubectl.
 
+use crate::support::api::{api_error, widget_yaml};
 use crate::support::fixtures;
 
-use crate::support::webhook::{SERVICE, Webhook};
-use fixtures::{Widget, client, install_crd, widget};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
+use crate::support::kubectl::{apply_widget_crd, served_kubectl, stderr};
+use crate::support::webhook::{SERVICE, Webhook, create_cluster_object};
+use fixtures::{Widget, client, widget};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
-use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_sandbox::Sandbox;
 use kube_sandbox::admission::ServiceRef;
-use kube_sandbox::testing::{Kubectl, path_str};
+use kube_sandbox::testing::path_str;
 use serde_json::json;
 
+/// A sandbox whose Widget writes go through `webhook`'s `/label` and `/check`.
 async fn sandbox_with_webhooks(webhook: &Webhook) -> Sandbox {
-    let sandbox = Sandbox::builder()
-        .webhook_service(
-            ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
-            webhook.address,
-        )
-        .build();
-    let client = client(&sandbox);
-    install_crd(&client).await;
     let (mutating, validating) = webhook.configurations("sandbox.test", "widgets");
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(mutating).unwrap(),
-        )
+    webhook.sandbox_with(mutating, validating).await
+}
+
+/// [`sandbox_with_webhooks`], and its Widgets in `default`.
+async fn widgets_through(webhook: &Webhook) -> (Sandbox, Api<Widget>) {
+    let sandbox = sandbox_with_webhooks(webhook).await;
+    let widgets = Api::default_namespaced(client(&sandbox));
+    (sandbox, widgets)
+}
+
+/// Creates the Widget `name` and checks that the mutating webhook labelled it.
+async fn created_and_labelled(widgets: &Api<Widget>, name: &str) {
+    let created = widgets
+        .create(&PostParams::default(), &widget(name, 2, "m"))
         .await
         .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(validating).unwrap(),
-        )
-        .await
-        .unwrap();
-    sandbox
+    let labels = created.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
 }
 
 #[tokio::test]
 async fn writes_pass_mutating_then_validating_webhooks_and_denials_reach_the_client() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_with_webhooks(&webhook).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let (_sandbox, widgets) = widgets_through(&webhook).await;
 
-    let created = widgets
-        .create(&PostParams::default(), &widget("ok", 2, "m"))
-        .await
-        .unwrap();
-    let labels = created.metadata.labels.unwrap_or_default();
-    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
+    created_and_labelled(&widgets, "ok").await;
 
-    let err = widgets
-        .create(&PostParams::default(), &widget("big", 7, "m"))
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let status = api_error(
+        widgets
+            .create(&PostParams::default(), &widget("big", 7, "m"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(status.code, 422);
     assert_eq!(
         status.message,
@@ -86,13 +74,7 @@ async fn a_scale_write_is_admitted_as_an_autoscaling_v1_scale_as_kube_apiserver_
     let (_, mut scale_check) = webhook.configurations("sandbox.test", "widgets/scale");
     scale_check["metadata"]["name"] = json!("scale-check");
     scale_check["webhooks"][0]["name"] = json!("scale.sandbox.test");
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(scale_check).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_cluster_object::<ValidatingWebhookConfiguration>(&client, scale_check).await;
     let widgets: Api<Widget> = Api::default_namespaced(client);
     widgets
         .create(&PostParams::default(), &widget("w", 2, "m"))
@@ -109,10 +91,7 @@ async fn a_scale_write_is_admitted_as_an_autoscaling_v1_scale_as_kube_apiserver_
                 .await
         }
     };
-    let err = scale_to(7).await.unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let status = api_error(scale_to(7).await.unwrap_err());
     assert_eq!(status.code, 422);
     assert!(
         status.message.contains("scale.sandbox.test"),
@@ -150,8 +129,7 @@ async fn a_scale_write_is_admitted_as_an_autoscaling_v1_scale_as_kube_apiserver_
 #[tokio::test]
 async fn dry_run_is_admitted_by_side_effect_free_webhooks_and_stores_nothing() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_with_webhooks(&webhook).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let (_sandbox, widgets) = widgets_through(&webhook).await;
     let pp = PostParams {
         dry_run: true,
         ..Default::default()
@@ -185,11 +163,9 @@ async fn deployments_and_services_read_back_with_the_api_servers_defaults() {
         },
     }))
     .unwrap();
-    let d = deployments
-        .create(&PostParams::default(), &deployment)
-        .await
-        .unwrap();
-    let spec = d.spec.unwrap();
+    let pp = PostParams::default();
+    let spec = deployments.create(&pp, &deployment).await.unwrap().spec;
+    let spec = spec.unwrap();
     assert_eq!(spec.replicas, Some(1));
     assert_eq!(spec.revision_history_limit, Some(10));
     assert_eq!(spec.progress_deadline_seconds, Some(600));
@@ -209,11 +185,8 @@ async fn deployments_and_services_read_back_with_the_api_servers_defaults() {
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
     }))
     .unwrap();
-    let s = services
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
-    let spec = s.spec.unwrap();
+    let spec = services.create(&pp, &service).await.unwrap().spec;
+    let spec = spec.unwrap();
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     let ip = spec.cluster_ip.expect("a cluster IP was allocated");
     assert!(!ip.is_empty());
@@ -232,44 +205,35 @@ async fn deployments_and_services_read_back_with_the_api_servers_defaults() {
 async fn kubectl_apply_of_a_denied_object_prints_the_webhook_denial_and_fails() {
     let webhook = Webhook::start().await;
     let sandbox = sandbox_with_webhooks(&webhook).await;
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let Some(k) = Kubectl::new(&served.kubeconfig()) else {
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
     // The CRD is already installed; applying it again is a no-op "unchanged".
-    let crd = k.file("crd.json", &serde_json::to_string(&Widget::crd()).unwrap());
-    k.ok(&["apply", "-f", path_str(&crd)]).await;
+    apply_widget_crd(&k, &[]).await;
 
-    let bad = k.file(
-        "bad.yaml",
-        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: bad\nspec:\n  replicas: 9\n  message: m\n",
-    );
+    let bad = k.file("bad.yaml", &widget_yaml("bad", 9, "m"));
     let out = k.run(&["apply", "-f", path_str(&bad)]).await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let printed = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{printed}");
     assert!(
-        stderr.contains("admission webhook \"check.sandbox.test\" denied the request: spec.replicas: Invalid value: 9: must be at most 5"),
-        "{stderr}"
+        printed.contains("admission webhook \"check.sandbox.test\" denied the request: spec.replicas: Invalid value: 9: must be at most 5"),
+        "{printed}"
     );
 
-    let edge = k.file(
-        "edge.yaml",
-        "apiVersion: sandbox.test/v1\nkind: Widget\nmetadata:\n  name: edge\nspec:\n  replicas: 5\n  message: m\n",
-    );
+    let edge = k.file("edge.yaml", &widget_yaml("edge", 5, "m"));
     let out = k.run(&["apply", "-f", path_str(&edge)]).await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let printed = stderr(&out);
+    assert!(out.status.success(), "{printed}");
     assert!(
-        stderr.contains("Warning: spec.replicas is at the limit"),
-        "{stderr}"
+        printed.contains("Warning: spec.replicas is at the limit"),
+        "{printed}"
     );
 }
 
 #[tokio::test]
 async fn webhook_calls_go_only_to_ready_endpoints_of_the_service() {
     let webhook = Webhook::start().await;
-    let sandbox = sandbox_with_webhooks(&webhook).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let (sandbox, widgets) = widgets_through(&webhook).await;
     // An address nothing listens on: a call dialled there fails (failurePolicy: Fail).
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -319,8 +283,7 @@ async fn a_review_the_webhook_hangs_up_on_after_reading_fails_instead_of_being_s
     // connections under requests (a careless drain) costs a failed call, and so a refused
     // write with failurePolicy: Fail. The sandbox must not hide that by retrying.
     let webhook = Webhook::start_hanging_up_after_first_answer().await;
-    let sandbox = sandbox_with_webhooks(&webhook).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
+    let (_sandbox, widgets) = widgets_through(&webhook).await;
     // The mutating call opens the connection and is answered; the validating call reuses it.
     let err = widgets
         .create(&PostParams::default(), &widget("hung-up", 1, "m"))
@@ -336,28 +299,20 @@ async fn a_self_signed_ca_certificate_served_as_its_own_ca_bundle_is_trusted_as_
     // leaf is one of the roots; webpki alone refuses a CA:TRUE leaf.
     let dns = format!("{}.{}.svc", SERVICE.1, SERVICE.0);
     let webhook = Webhook::start_self_signed_ca(&[&dns]).await;
-    let sandbox = sandbox_with_webhooks(&webhook).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
-    let created = widgets
-        .create(&PostParams::default(), &widget("ok", 2, "m"))
-        .await
-        .unwrap();
-    let labels = created.metadata.labels.unwrap_or_default();
-    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
+    let (_sandbox, widgets) = widgets_through(&webhook).await;
+    created_and_labelled(&widgets, "ok").await;
 }
 
 #[tokio::test]
 async fn a_self_signed_ca_certificate_for_another_name_is_still_refused() {
     let webhook = Webhook::start_self_signed_ca(&["elsewhere.ops.svc"]).await;
-    let sandbox = sandbox_with_webhooks(&webhook).await;
-    let widgets: Api<Widget> = Api::default_namespaced(client(&sandbox));
-    let err = widgets
-        .create(&PostParams::default(), &widget("ok", 2, "m"))
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = err else {
-        panic!("expected an API error, got {err}");
-    };
+    let (_sandbox, widgets) = widgets_through(&webhook).await;
+    let status = api_error(
+        widgets
+            .create(&PostParams::default(), &widget("ok", 2, "m"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(status.code, 500, "{status:?}");
     assert!(
         status.message.contains("failed calling webhook") && status.message.contains("certificate"),

@@ -1,5 +1,4 @@
 //! Waiting for the operator to converge, shared by the operator's integration tests.
-#![allow(dead_code)]
 
 use kube::Api;
 use myapp_operator::crd::{MyApp, Phase};

@@ -1,6 +1,5 @@
 //! The controller half of the operator, started in-process the way `run` starts it (leader
 //! election included), with retries quick enough for tests.
-#![allow(dead_code)]
 
 use std::time::Duration;
 

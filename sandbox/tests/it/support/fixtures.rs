@@ -1,5 +1,4 @@
 //! Shared test fixtures: a small custom resource and a sandbox client.
-#![allow(dead_code)]
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};

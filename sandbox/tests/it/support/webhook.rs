@@ -1,8 +1,8 @@
 //! A tiny HTTPS admission webhook for end-to-end tests: a CA made at test time (rcgen), a serving
 //! certificate for `webhook.ops.svc`, and three paths: `/label` (mutating: adds label
 //! `mutated: "yes"`), `/check` (validating: denies `spec.replicas > 5`, warns when it is 5),
-//! `/deny` (denies everything with a message and no reason), and any other path allows. Every review it receives is kept, for tests to look at what the API server sent.
-#![allow(dead_code)]
+//! `/deny` (denies everything with a message and no reason), and any other path allows. Every
+//! review it receives is kept, for tests to look at what the API server sent.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -13,10 +13,22 @@ use axum::http::Uri;
 use base64::Engine as _;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use k8s_openapi::ClusterResourceScope;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource};
+use kube_sandbox::Sandbox;
+use kube_sandbox::admission::ServiceRef;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::PrivateKeyDer;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+use super::fixtures;
 
 /// The webhook's service name as configurations reference it.
 pub const SERVICE: (&str, &str, u16) = ("ops", "webhook", 8443);
@@ -229,6 +241,27 @@ impl Webhook {
         }
     }
 
+    /// A sandbox that dials this webhook for [`SERVICE`].
+    pub fn sandbox(&self) -> Sandbox {
+        Sandbox::builder()
+            .webhook_service(
+                ServiceRef::new(SERVICE.0, SERVICE.1, SERVICE.2),
+                self.address,
+            )
+            .build()
+    }
+
+    /// [`Webhook::sandbox`] with the Widget CRD and the `mutating` and `validating`
+    /// configurations (JSON manifests) created.
+    pub async fn sandbox_with(&self, mutating: Value, validating: Value) -> Sandbox {
+        let sandbox = self.sandbox();
+        let client = fixtures::client(&sandbox);
+        fixtures::install_crd(&client).await;
+        create_cluster_object::<MutatingWebhookConfiguration>(&client, mutating).await;
+        create_cluster_object::<ValidatingWebhookConfiguration>(&client, validating).await;
+        sandbox
+    }
+
     /// Mutating (`/label`) and validating (`/check`) configurations for `group`/`resources`,
     /// as JSON manifests.
     pub fn configurations(&self, group: &str, resource: &str) -> (Value, Value) {
@@ -261,4 +294,22 @@ impl Webhook {
         });
         (mutating, validating)
     }
+}
+
+/// Creates the cluster-scoped `K` that `manifest` describes.
+pub async fn create_cluster_object<K>(client: &Client, manifest: Value)
+where
+    K: Resource<Scope = ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned
+        + Serialize,
+{
+    Api::<K>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(manifest).unwrap(),
+        )
+        .await
+        .unwrap();
 }
