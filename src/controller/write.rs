@@ -137,12 +137,12 @@ impl Writer {
                 Ok(Landed::Written(version))
             }
             Err(error) if subresource.is_some() && deleted_meanwhile(&error, name) => {
-                debug!(%name, %namespace, target, "MyApp deleted while reconciling, not written");
+                debug!(%name, %namespace, write = target, "MyApp deleted while reconciling, not written");
                 Ok(Landed::Gone)
             }
             Err(kube::Error::Api(status)) if status.code == 409 && at.expect.is_some() => {
                 self.metrics.conflicted(target);
-                debug!(%name, %namespace, target, expected = ?at.expect, "Write refused: planned from a stale version");
+                debug!(%name, %namespace, write = target, expected = ?at.expect, "Write refused: planned from a stale version");
                 self.refused.record(key, at.cached.clone(), None, ());
                 Ok(Landed::Refused)
             }

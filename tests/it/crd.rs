@@ -404,7 +404,7 @@ fn each_invalid_example_is_rejected_for_the_reason_in_its_name() {
         ),
         (
             "invalid-image-not-a-reference.yaml",
-            "is not an image reference: use one such as",
+            "spec.image: Invalid value: \"string\": spec.image \"Example/My App:1.0\" is not an image reference",
         ),
         (
             "invalid-env-duplicate-name.yaml",
