@@ -40,7 +40,7 @@ use crate::{
 use context::{Child, Context, Failures, Listed, PUBLISH_AT_STOP, RECENT_WRITES_TTL};
 use watches::{
     EachWatchBacksOff, count_orphans, forget_seen_status, needs_reconcile, not_an_echo,
-    on_list_done, queue_owner, queue_self,
+    on_list_done, queue_owner, queue_self, remember_deleted,
 };
 use write::Writer;
 
@@ -110,6 +110,7 @@ pub async fn run(
         .applied_objects()
         .inspect_ok(queue_self(&queue));
 
+    let deleted = Arc::new(Waiting::new(RECREATE_HOLD));
     let (deployments, mut deployments_writer) = packed::packed::<CachedDeployment>();
     let deployment_events = watcher(
         Api::<CachedDeployment>::all(client.clone()),
@@ -118,6 +119,7 @@ pub async fn run(
     .default_backoff()
     .inspect_ok(move |event| deployments_writer.apply(event))
     .inspect_ok(on_list_done(&listed, &deployments_listed))
+    .inspect_ok(remember_deleted(&deleted, Child::Deployment))
     .touched_objects()
     .try_filter(not_an_echo(&applied, Child::Deployment))
     .inspect_ok(queue_owner(&queue));
@@ -127,6 +129,7 @@ pub async fn run(
         .default_backoff()
         .inspect_ok(move |event| services_writer.apply(event))
         .inspect_ok(on_list_done(&listed, &services_listed))
+        .inspect_ok(remember_deleted(&deleted, Child::Service))
         .touched_objects()
         .try_filter(not_an_echo(&applied, Child::Service))
         .inspect_ok(queue_owner(&queue));
@@ -159,7 +162,7 @@ pub async fn run(
         applied,
         reported,
         awaiting_rollout: Waiting::new(PENDING_GRACE),
-        created: Waiting::new(RECREATE_HOLD),
+        deleted,
         fights: fight::Fights::default(),
         publishing: publishing.clone(),
     });

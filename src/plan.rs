@@ -30,10 +30,10 @@ use crate::{
 /// whose controller stays silent longer costs that one status write.
 pub const PENDING_GRACE: Duration = Duration::from_millis(500);
 
-/// How long a child we created is not created again once it is gone. Gone so soon, it was
-/// most likely collected because its MyApp was deleted, whose delete event has not reached the
-/// MyApp cache yet: created again at once, it would be collected again, in a loop as fast as
-/// the garbage collector, for as long as that event takes.
+/// How long after a child's deletion it is not created again. The garbage collector deletes
+/// the children of a deleted MyApp, and their delete events can arrive before the MyApp's own:
+/// created again at once, a child would be collected again, in a loop as fast as the collector,
+/// for as long as that event lags. A child a user deletes comes back after this long.
 pub const RECREATE_HOLD: Duration = Duration::from_secs(1);
 
 /// What a reconcile knows besides the MyApp itself.
@@ -56,10 +56,10 @@ pub struct Observed<'a> {
     /// Whether rewriting the Deployment now would make a fight: its field managers are read
     /// first, so the Event can name the other writer.
     pub would_fight: bool,
-    /// How long ago we created the Deployment, while under [`RECREATE_HOLD`].
-    pub deployment_created: Option<Duration>,
-    /// How long ago we created the Service, while under [`RECREATE_HOLD`].
-    pub service_created: Option<Duration>,
+    /// How long ago the Deployment was deleted, while under [`RECREATE_HOLD`].
+    pub deployment_deleted: Option<Duration>,
+    /// How long ago the Service was deleted, while under [`RECREATE_HOLD`].
+    pub service_deleted: Option<Duration>,
 }
 
 /// What to do, in this order: hand over replicas, apply the Deployment (after reading its
@@ -79,7 +79,7 @@ pub struct Plan {
     /// Publish this Event once the status is written.
     pub event: Option<PhaseEvent>,
     /// A child's write is held off this much longer: a fight over the Deployment, or a child
-    /// we created gone again at once (see [`RECREATE_HOLD`]).
+    /// deleted a moment ago (see [`RECREATE_HOLD`]).
     pub held_off: Option<Duration>,
     /// The Deployment's controller has observed our last apply: stop waiting for it.
     pub rollout_observed: bool,
@@ -200,7 +200,7 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     if deployment == ChildState::Stale {
         // A fight holds off rewrites of an existing Deployment, never its creation.
         let held = observed.deployment.and(observed.fight_hold_off);
-        let held = held.or_else(|| gone_again(observed.deployment, observed.deployment_created));
+        let held = held.or_else(|| gone_again(observed.deployment, observed.deployment_deleted));
         hold(&mut plan, held);
         if held.is_none() {
             plan.hand_off = hand_off(app, observed.deployment);
@@ -214,7 +214,7 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         observed.unseen_service.as_deref(),
     ) == ChildState::Stale
     {
-        let held = gone_again(observed.service, observed.service_created);
+        let held = gone_again(observed.service, observed.service_deleted);
         hold(&mut plan, held);
         if held.is_none() {
             plan.service = Some(ChildApply::new(desired));
@@ -277,11 +277,11 @@ fn planned_from_a_newer_spec(app: &MyApp, deployment: Option<&CachedDeployment>)
     controlled && stamped.is_some_and(|s| app.metadata.generation.is_some_and(|g| g < s))
 }
 
-/// How much longer a missing child we created `created` ago waits before it is created again.
-fn gone_again<K>(observed: Option<&K>, created: Option<Duration>) -> Option<Duration> {
-    let created = created.filter(|_| observed.is_none())?;
+/// How much longer a missing child deleted `deleted` ago waits before it is created again.
+fn gone_again<K>(observed: Option<&K>, deleted: Option<Duration>) -> Option<Duration> {
+    let deleted = deleted.filter(|_| observed.is_none())?;
     RECREATE_HOLD
-        .checked_sub(created)
+        .checked_sub(deleted)
         .filter(|left| !left.is_zero())
 }
 
@@ -669,32 +669,32 @@ mod tests {
                 "apply Deployment (rewrite) naming rivals first, recheck 500ms",
             ),
             (
-                "a child we created that is gone again at once is not created again yet",
+                "a child deleted a moment ago is not created again yet",
                 &app,
                 Observed {
                     service: Some(&svc),
-                    deployment_created: Some(Duration::from_millis(300)),
+                    deployment_deleted: Some(Duration::from_millis(300)),
                     ..Observed::default()
                 },
                 "hold off 700ms, recheck 500ms",
             ),
             (
-                "a Service gone again at once waits too, and the look again comes by its end",
+                "a Service deleted a moment ago waits too, and the look again comes by its end",
                 &steady,
                 Observed {
                     deployment: Some(&deployment),
-                    service_created: Some(Duration::from_millis(900)),
+                    service_deleted: Some(Duration::from_millis(900)),
                     ..Observed::default()
                 },
                 "hold off 100ms, recheck 100ms",
             ),
             (
-                "a child we created that still exists is no reason to hold anything",
+                "a deletion is no reason to hold a child that exists again",
                 &steady,
                 Observed {
                     deployment: Some(&deployment),
                     service: Some(&svc),
-                    deployment_created: Some(Duration::from_millis(300)),
+                    deployment_deleted: Some(Duration::from_millis(300)),
                     ..Observed::default()
                 },
                 "nothing",

@@ -86,8 +86,8 @@ pub(super) struct Context {
     pub(super) reported: Arc<Reported>,
     /// Deployments we applied whose controller has not observed the apply yet.
     pub(super) awaiting_rollout: Waiting<ObjectRef<MyApp>>,
-    /// Children we created lately (see [`crate::plan::RECREATE_HOLD`]).
-    pub(super) created: Waiting<(ObjectRef<MyApp>, Child)>,
+    /// Children deleted lately (see [`crate::plan::RECREATE_HOLD`]).
+    pub(super) deleted: Arc<Waiting<(ObjectRef<MyApp>, Child)>>,
     /// Rewrites of each Deployment at one generation: fights with another writer.
     pub(super) fights: fight::Fights,
     /// Events being published, waited for (a little) when the controller stops.

@@ -170,8 +170,8 @@ impl<'a> Seen<'a> {
                 awaiting_rollout: ctx.awaiting_rollout.elapsed(key),
                 fight_hold_off: ctx.fights.holding_off(key, generation, now),
                 would_fight: ctx.fights.would_fight(key, generation, now),
-                deployment_created: ctx.created.elapsed(&(key.clone(), Child::Deployment)),
-                service_created: ctx.created.elapsed(&(key.clone(), Child::Service)),
+                deployment_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Deployment)),
+                service_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Service)),
             },
         }
     }
@@ -278,11 +278,8 @@ where
     let memory = (key.clone(), child);
     ctx.applied
         .record(memory, at.cached.clone(), written.as_deref(), digest);
-    if at.expect.is_none() {
-        ctx.created.start((key.clone(), child));
-        if !ctx.still_there(key) {
-            ctx.orphaned(key, child);
-        }
+    if at.expect.is_none() && !ctx.still_there(key) {
+        ctx.orphaned(key, child);
     }
     Ok(landed)
 }

@@ -13,6 +13,7 @@ use super::context::{Applied, Child, Listed, Reported};
 use crate::{
     crd::MyApp,
     metrics::{Metrics, queue::Queue},
+    recent::Waiting,
 };
 
 /// Counts a MyApp from its own watch as waiting.
@@ -93,6 +94,21 @@ pub(super) fn count_orphans(
                 if applied.take_created_after(&key, deleted_at.as_deref()) {
                     metrics.orphans.inc();
                 }
+            }
+        }
+    }
+}
+
+/// Remembers when a child of a MyApp was deleted (see [`crate::plan::RECREATE_HOLD`]).
+pub(super) fn remember_deleted<K: Resource>(
+    deleted: &Arc<Waiting<(ObjectRef<MyApp>, Child)>>,
+    child: Child,
+) -> impl FnMut(&watcher::Event<K>) + Send + Sync + 'static {
+    let deleted = deleted.clone();
+    move |event| {
+        if let watcher::Event::Delete(object) = event {
+            for app in owners(object) {
+                deleted.start((app, child));
             }
         }
     }
