@@ -144,17 +144,13 @@ async fn dev_prints_how_to_connect_and_kubectl_sees_admission_defaults_and_recon
     );
 
     // The controller made the children and reports Running.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    kubectl::eventually("web reports Running", || async {
         let phase = kubectl
             .ok(&["get", "myapp", "web", "-o", "jsonpath={.status.phase}"])
             .await;
-        if phase == "Running" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "phase is still {phase:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (phase == "Running").then_some(())
+    })
+    .await;
     let children = kubectl
         .ok(&["get", "deployments,services", "-o", "name"])
         .await;
