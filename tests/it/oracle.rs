@@ -157,6 +157,25 @@ pub(crate) async fn differences(
     out
 }
 
+/// Edits the image of MyApps `app-0` to `app-{count - 1}` at once, eight in flight.
+pub(crate) async fn set_images(apps: &Api<MyApp>, count: usize, image: &str) {
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let apps = apps.clone();
+            let patch = serde_json::json!({"spec": {"image": image}});
+            async move {
+                let params = kube::api::PatchParams::default();
+                let name = format!("app-{i}");
+                apps.patch(&name, &params, &kube::api::Patch::Merge(patch))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+}
+
 /// Watches every MyApp and records each time `status.observedGeneration` went backwards.
 pub(crate) struct GenerationHistory {
     regressions: Arc<Mutex<Vec<String>>>,

@@ -10,16 +10,11 @@
 
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
-use futures::StreamExt;
-use kube::{
-    Api,
-    api::{Patch, PatchParams, PostParams},
-};
+use kube::{Api, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
 use myapp_operator::crd::{MyApp, MyAppSpec};
-use serde_json::json;
 
-use crate::oracle::{GenerationHistory, differences};
+use crate::oracle::{GenerationHistory, differences, set_images};
 use crate::run::{Cluster, Replica, SHORT_LEASE, gauge};
 
 const APPS: usize = 60;
@@ -39,27 +34,6 @@ fn signal(replica: &Replica, signal: &str) {
     let pid = replica.process.0.id().to_string();
     let status = Command::new("kill").args([signal, &pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}");
-}
-
-/// Edits every MyApp's image at once.
-async fn set_images(apps: &Api<MyApp>, image: &str) {
-    futures::stream::iter(0..APPS)
-        .map(|i| {
-            let apps = apps.clone();
-            let patch = json!({"spec": {"image": image}});
-            async move {
-                apps.patch(
-                    &format!("app-{i}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
-                .await
-                .unwrap();
-            }
-        })
-        .buffer_unordered(8)
-        .collect::<Vec<()>>()
-        .await;
 }
 
 /// Every MyApp as the test wrote it last: all of them running `image`.
@@ -150,7 +124,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         // Freeze the leader in the middle of a burst: its reconciles are planned, queued or
         // on the wire when it stops.
         let planned = image(round, 1);
-        let burst = set_images(&apps, &planned);
+        let burst = set_images(&apps, APPS, &planned);
         let freeze = async {
             tokio::time::sleep(Duration::from_millis(15)).await;
             signal(paused, "-STOP");
@@ -162,7 +136,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         .await;
         // Newer specs, written by the new leader while the old one sleeps.
         let newest = image(round, 2);
-        set_images(&apps, &newest).await;
+        set_images(&apps, APPS, &newest).await;
         eventually("the new leader converges", || async {
             converged_on(&cluster, &newest).await.then_some(())
         })

@@ -14,7 +14,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{
     Api,
-    api::{Patch, PatchParams, PostParams},
+    api::PostParams,
     runtime::{WatchStreamExt, watcher},
 };
 use kube_sandbox::{RequestRecord, testing::eventually};
@@ -22,10 +22,9 @@ use myapp_operator::{
     crd::{MyApp, MyAppSpec},
     run::USER_AGENT,
 };
-use serde_json::json;
 use tokio::task::JoinHandle;
 
-use crate::oracle::{GenerationHistory, differences};
+use crate::oracle::{GenerationHistory, differences, set_images};
 use crate::run::Cluster;
 use crate::support::operator::Operator;
 
@@ -49,24 +48,9 @@ fn model(version: u64) -> BTreeMap<String, MyAppSpec> {
         .collect()
 }
 
+/// Edits every MyApp to `version` at once.
 async fn set_image(apps: &Api<MyApp>, version: u64) {
-    futures::stream::iter(0..APPS)
-        .map(|i| {
-            let apps = apps.clone();
-            async move {
-                let patch = json!({"spec": {"image": image(version)}});
-                apps.patch(
-                    &format!("app-{i}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
-                .await
-                .unwrap();
-            }
-        })
-        .buffer_unordered(8)
-        .collect::<Vec<()>>()
-        .await;
+    set_images(apps, APPS, &image(version)).await;
 }
 
 async fn converged_on(cluster: &Cluster, version: u64) {
