@@ -290,11 +290,9 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         .simulate_pods(false)
         // A watch history bounded by count only, as the API server's watch caches are, and
         // long enough for a relist of every MyApp's children while they are written (about 8
-        // events per MyApp). Bounded by bytes as well (the sandbox's default, 64 MiB), it drops
-        // events long before 200,000 are written: at 100,000 MyApps a watch falls behind it
-        // during the creates (410 "too old resource version"), and every relist's continue
-        // token expires before its 2,000 pages are read, so the lists restart and the run never
-        // converges.
+        // events per MyApp). Bounded by bytes as well (the sandbox's default), a large run would
+        // outgrow it: watches would fall behind (410 "too old resource version") and continue
+        // tokens expire in the middle of a relist, which would then never finish.
         .event_log_capacity((apps * 10).max(200_000))
         .event_log_bytes(usize::MAX)
         .request_log_capacity(1_000)

@@ -19,7 +19,7 @@ use kube_sandbox::testing::eventually;
 use myapp_operator::crd::{EnvVar, MyApp, MyAppSpec};
 use serde_json::json;
 
-use crate::oracle::{GenerationHistory, Seeded, differences};
+use crate::oracle::{NeverBackwards, Seeded, differences};
 use crate::run::{Cluster, Replica, SHORT_LEASE};
 
 const APPS: usize = 30;
@@ -134,7 +134,7 @@ async fn the_leader_killed_mid_burst_loses_no_write_and_leaves_no_stray_child() 
         apps.create(&PostParams::default(), &app).await.unwrap();
         model.insert(format!("app-{i}"), app.spec);
     }
-    let history = GenerationHistory::watch(apps.clone());
+    let history = NeverBackwards::generations(apps.clone());
     let start = |identity: String| -> (String, Replica) {
         let mut args = vec!["--identity", &identity, "--drain-delay", "0s"];
         args.extend(SHORT_LEASE);

@@ -19,7 +19,7 @@ use myapp_operator::{
 };
 use serde_json::json;
 
-use crate::oracle::{GenerationHistory, differences};
+use crate::oracle::{NeverBackwards, differences};
 use crate::run::{Cluster, Replica};
 
 /// What a user does; each kind runs once per crash point, on its own MyApp where it needs one.
@@ -250,7 +250,7 @@ async fn a_kill_after_any_write_of_any_operation_converges_on_what_the_user_wrot
         operator: None,
         runs: 0,
     };
-    let history = GenerationHistory::watch(world.apps());
+    let history = NeverBackwards::generations(world.apps());
     world.start_operator();
     // Kills, and those with the next write held (the rest came after the operation's last).
     let (mut crashes, mut interrupted) = (0, 0);

@@ -176,37 +176,47 @@ pub(crate) async fn set_images(apps: &Api<MyApp>, count: usize, image: &str) {
         .await;
 }
 
-/// Watches every MyApp and records each time `status.observedGeneration` went backwards.
-pub(crate) struct GenerationHistory {
+/// Watches every object of an API and records each time a value that must never decrease
+/// (an `observedGeneration`, an image version) went below the highest one seen for that object.
+pub(crate) struct NeverBackwards {
     regressions: Arc<Mutex<Vec<String>>>,
     task: JoinHandle<()>,
 }
 
-impl GenerationHistory {
-    pub(crate) fn watch(apps: Api<MyApp>) -> Self {
+impl NeverBackwards {
+    /// Every MyApp's `status.observedGeneration`, by uid (a MyApp deleted and created again
+    /// starts over).
+    pub(crate) fn generations(apps: Api<MyApp>) -> Self {
+        Self::watch(
+            apps,
+            |app| app.metadata.uid.clone().unwrap_or_default(),
+            |app| app.status.as_ref()?.observed_generation,
+        )
+    }
+
+    /// `value` of every `K` in `api`, by `key`; objects without a value are skipped.
+    pub(crate) fn watch<K>(api: Api<K>, key: fn(&K) -> String, value: fn(&K) -> Option<i64>) -> Self
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+        K::DynamicType: Default,
+    {
         let regressions = Arc::new(Mutex::new(Vec::new()));
         let task = tokio::spawn({
             let regressions = regressions.clone();
             async move {
-                let mut seen = HashMap::<String, i64>::new();
-                let mut events = watcher::watcher(apps, watcher::Config::default())
+                let mut highest = HashMap::<String, i64>::new();
+                let mut events = watcher::watcher(api, watcher::Config::default())
                     .applied_objects()
                     .boxed();
-                while let Ok(Some(app)) = events.try_next().await {
-                    let name = app.metadata.name.clone().unwrap_or_default();
-                    let uid = app.metadata.uid.clone().unwrap_or_default();
-                    let Some(observed) = app.status.and_then(|s| s.observed_generation) else {
-                        continue;
-                    };
-                    // By uid: a MyApp deleted and created again starts over.
-                    let last = seen.entry(uid).or_insert(observed);
-                    if observed < *last {
-                        regressions
-                            .lock()
-                            .unwrap()
-                            .push(format!("{name}: {last} -> {observed}"));
+                while let Ok(Some(object)) = events.try_next().await {
+                    let Some(now) = value(&object) else { continue };
+                    let name = object.meta().name.clone().unwrap_or_default();
+                    let last = highest.entry(key(&object)).or_insert(now);
+                    if now < *last {
+                        let line = format!("{name}: {last} -> {now}");
+                        regressions.lock().unwrap().push(line);
                     }
-                    *last = (*last).max(observed);
+                    *last = (*last).max(now);
                 }
             }
         });

@@ -14,7 +14,7 @@ use kube::{Api, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
 use myapp_operator::crd::{MyApp, MyAppSpec};
 
-use crate::oracle::{GenerationHistory, differences, set_images};
+use crate::oracle::{NeverBackwards, differences, set_images};
 use crate::run::{Cluster, Replica, SHORT_LEASE, gauge};
 
 const APPS: usize = 60;
@@ -99,7 +99,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
             .image(&image(0, 0));
         apps.create(&PostParams::default(), &app).await.unwrap();
     }
-    let history = GenerationHistory::watch(apps.clone());
+    let history = NeverBackwards::generations(apps.clone());
 
     let replica = |identity: &str| {
         let mut args = vec!["--identity", identity, "--drain-delay", "0s"];

@@ -4,27 +4,17 @@
 //! 410 and relist in the middle of a burst. It must never write a child or a status older than
 //! what is already there, and must converge on what the user wrote once its view catches up.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::BTreeMap, time::Duration};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::{
-    Api,
-    api::PostParams,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
 use myapp_operator::{
     crd::{MyApp, MyAppSpec},
     run::USER_AGENT,
 };
-use tokio::task::JoinHandle;
 
-use crate::oracle::{GenerationHistory, differences, set_images};
+use crate::oracle::{NeverBackwards, differences, set_images};
 use crate::run::Cluster;
 use crate::support::operator::Operator;
 
@@ -62,49 +52,16 @@ async fn converged_on(cluster: &Cluster, version: u64) {
     .await;
 }
 
-/// Watches every Deployment (with the test's own, never lagging, view) and records each time
-/// one went back to an older image version than it had run.
-struct ImageHistory {
-    regressions: Arc<Mutex<Vec<String>>>,
-    task: JoinHandle<()>,
-}
-
-impl ImageHistory {
-    fn watch(client: kube::Client) -> Self {
-        let regressions = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn({
-            let regressions = regressions.clone();
-            async move {
-                let api = Api::<Deployment>::namespaced(client, "default");
-                let mut newest = HashMap::<String, u64>::new();
-                let mut events = watcher::watcher(api, watcher::Config::default())
-                    .applied_objects()
-                    .boxed();
-                while let Ok(Some(d)) = events.try_next().await {
-                    let name = d.metadata.name.clone().unwrap_or_default();
-                    let Some(runs) = d
-                        .spec
-                        .and_then(|s| s.template.spec?.containers.first()?.image.clone())
-                        .and_then(|i| version(&i))
-                    else {
-                        continue;
-                    };
-                    let seen = newest.entry(name.clone()).or_insert(runs);
-                    if runs < *seen {
-                        let line = format!("{name}: version {seen} -> {runs}");
-                        regressions.lock().unwrap().push(line);
-                    }
-                    *seen = (*seen).max(runs);
-                }
-            }
-        });
-        Self { regressions, task }
-    }
-
-    fn regressions(self) -> Vec<String> {
-        self.task.abort();
-        self.regressions.lock().unwrap().clone()
-    }
+/// Every Deployment's image version, as the test's own (never lagging) view shows it.
+fn image_versions(client: kube::Client) -> NeverBackwards {
+    NeverBackwards::watch(
+        Api::<Deployment>::namespaced(client, "default"),
+        |d| d.metadata.name.clone().unwrap_or_default(),
+        |d| {
+            let spec = d.spec.as_ref()?.template.spec.as_ref()?;
+            version(spec.containers.first()?.image.as_deref()?).map(|v| v as i64)
+        },
+    )
 }
 
 fn operator_writes(records: &[RequestRecord], accepted: bool) -> Vec<String> {
@@ -135,8 +92,8 @@ async fn a_replica_started_on_a_lagging_view_overwrites_nothing_newer() {
         let app = MyApp::new(&name, spec);
         apps.create(&PostParams::default(), &app).await.unwrap();
     }
-    let images = ImageHistory::watch(cluster.client());
-    let generations = GenerationHistory::watch(apps.clone());
+    let images = image_versions(cluster.client());
+    let generations = NeverBackwards::generations(apps.clone());
     // A replica in the test's process (its own user agent, so the lag below never reaches it)
     // converges on version 1, then stops.
     let first = Operator::start(cluster.client(), "first", false, Duration::from_secs(300));
@@ -204,8 +161,8 @@ async fn coalesced_events_and_a_relist_in_the_middle_of_a_burst_converge_without
         let app = MyApp::new(&name, spec);
         apps.create(&PostParams::default(), &app).await.unwrap();
     }
-    let images = ImageHistory::watch(cluster.client());
-    let generations = GenerationHistory::watch(apps.clone());
+    let images = image_versions(cluster.client());
+    let generations = NeverBackwards::generations(apps.clone());
     let _replica = cluster.replica(&["--leader-elect=false", "--drain-delay", "0s"]);
     converged_on(&cluster, 0).await;
 
