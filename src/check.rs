@@ -24,6 +24,7 @@ use kube::{
 pub use rbac::operator_permissions;
 pub use report::{Check, Group, Report, Status};
 pub use target::Target;
+pub use webhook::verifies;
 
 use crate::{Error, cli::CheckArgs};
 
@@ -34,17 +35,33 @@ pub async fn run(args: &CheckArgs) -> Result<Report, Error> {
         namespace: args.namespace.clone(),
         probe_namespace: args.probe_namespace.clone(),
         lag_bound: args.lag_bound,
+        install: target::Install::Cluster,
     };
     Ok(check(&client, &target).await)
 }
 
-/// Runs every check with `client`.
+/// Runs every check with `client`; what kind of installation it is comes from the cluster
+/// (`target.install` is replaced).
 pub async fn check(client: &Client, target: &Target) -> Report {
-    let (api, reachable, crd_installed) = api::checks(client).await;
-    let mut groups = vec![api];
+    let (mut api, reachable, crd_installed) = api::checks(client).await;
     if !reachable {
-        return Report::new(groups);
+        return Report::new(vec![api]);
     }
+    let target = &Target {
+        install: target::install(client, &target.namespace).await,
+        ..target.clone()
+    };
+    if target.is_dev() {
+        api.checks.push(Check::ok(
+            "api.install",
+            format!(
+                "this is `myapp-operator dev` (the ConfigMap {}/{} says so): what only a cluster install has is skipped",
+                target.namespace,
+                target::names::DEV_MARKER
+            ),
+        ));
+    }
+    let mut groups = vec![api];
     groups.push(rbac::checks(client, target).await);
     let (webhook, configurations) = webhook::checks(client, target, crd_installed).await;
     groups.push(webhook);

@@ -89,7 +89,7 @@ pub enum Command {
     /// Diagnose an installation (API, CRD, RBAC, webhook, cert-manager, controller, children):
     /// one line per check with the fix; exits 1 when a check fails.
     Check(CheckArgs),
-    /// Print the MyApp CustomResourceDefinition as YAML (the content of deploy/crd.yaml).
+    /// Print the MyApp CustomResourceDefinition as YAML (the content of deploy/base/crd.yaml).
     Crd,
     /// Write a fresh local CA and webhook serving certificate (ECDSA P-256) for running the
     /// webhook outside a cluster: ca.crt, tls.crt, tls.key.

@@ -237,7 +237,7 @@ pub fn stamped_crd() -> CustomResourceDefinition {
     crd
 }
 
-/// The CustomResourceDefinition as YAML, exactly as `deploy/crd.yaml` holds it.
+/// The CustomResourceDefinition as YAML, exactly as `deploy/base/crd.yaml` holds it.
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
     serde_saphyr::to_string(&stamped_crd())
 }

@@ -5,8 +5,9 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+use k8s_openapi::api::{
+    admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
+    core::v1::ConfigMap,
 };
 use kube::{
     Api, Client,
@@ -27,7 +28,7 @@ use crate::{
 };
 
 /// The webhook configurations a cluster install uses, embedded so `dev` works from any directory.
-pub const WEBHOOKS_YAML: &str = include_str!("../deploy/webhooks.yaml");
+pub const WEBHOOKS_YAML: &str = include_str!("../deploy/base/webhooks.yaml");
 /// Namespace and name of the webhook Service in `deploy/` (what the configurations point at).
 pub const WEBHOOK_SERVICE: (&str, &str) = ("myapp-system", "myapp-operator-webhook");
 
@@ -156,7 +157,7 @@ impl Environment {
             webhook: Some(webhook),
             stop_webhook,
         };
-        env.install(&bundle.ca_pem).await?;
+        env.install(&bundle.ca_pem, &bundle.cert_pem).await?;
         Ok(env)
     }
 
@@ -183,7 +184,9 @@ impl Environment {
             .local_addr()
     }
 
-    async fn install(&self, ca_pem: &str) -> Result<(), Error> {
+    /// Installs the CRD and the webhook configurations (trusting `ca_pem`), and the marker
+    /// that tells `check` this is dev, with the certificate the webhook serves.
+    async fn install(&self, ca_pem: &str, serving_pem: &str) -> Result<(), Error> {
         let client = self.client().await?;
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         let crd = crate::crd::stamped_crd();
@@ -214,6 +217,15 @@ impl Environment {
             }
             apply_cluster_scoped(&client, &validating, &apply).await?;
         }
+        let marker = crate::check::target::dev_marker(WEBHOOK_SERVICE.0, serving_pem);
+        Api::<ConfigMap>::namespaced(client.clone(), WEBHOOK_SERVICE.0)
+            .patch(
+                crate::check::target::names::DEV_MARKER,
+                &apply,
+                &Patch::Apply(&marker),
+            )
+            .await
+            .map_err(Error::Install)?;
         info!("Installed the CRD and the webhook configurations");
         Ok(())
     }

@@ -151,12 +151,12 @@ pub enum Error {
     #[error("failed to install into the sandbox: {0}")]
     Install(#[source] kube::Error),
     #[cfg(feature = "dev")]
-    /// The embedded deploy/webhooks.yaml does not parse.
-    #[error("failed to parse deploy/webhooks.yaml: {0}")]
+    /// The embedded deploy/base/webhooks.yaml does not parse.
+    #[error("failed to parse deploy/base/webhooks.yaml: {0}")]
     ParseWebhooks(#[source] serde_saphyr::Error),
     #[cfg(feature = "dev")]
-    /// A document of deploy/webhooks.yaml is not the kind it says.
-    #[error("failed to decode deploy/webhooks.yaml: {0}")]
+    /// A document of deploy/base/webhooks.yaml is not the kind it says.
+    #[error("failed to decode deploy/base/webhooks.yaml: {0}")]
     DecodeWebhooks(#[source] serde_json::Error),
 }
 
@@ -182,7 +182,7 @@ fn webhook_fix(error: &webhook::Error) -> &'static str {
     use webhook::Error as E;
     match error {
         E::ReadFile { .. } | E::WatchDirectory { .. } => {
-            "; point --cert-dir (MYAPP_CERT_DIR) at a directory holding tls.crt and tls.key: in a cluster the Secret cert-manager writes, mounted by deploy/deployment.yaml; locally, write a pair with `myapp-operator certs --out <dir>`"
+            "; point --cert-dir (MYAPP_CERT_DIR) at a directory holding tls.crt and tls.key: in a cluster the Secret cert-manager writes, mounted by deploy/base/deployment.yaml; locally, write a pair with `myapp-operator certs --out <dir>`"
         }
         E::ParseCertificate { .. } | E::ParseKey { .. } | E::MatchKey { .. } => {
             "; replace tls.crt and tls.key in --cert-dir (MYAPP_CERT_DIR) with a matching PEM pair: cert-manager's Secret, or `myapp-operator certs --out <dir> --force` locally"

@@ -1,6 +1,6 @@
 //! One RBAC permission the operator's code needs. The tables live next to the calls that need
 //! them (`controller::PERMISSIONS`, `leader::PERMISSIONS`); `check` asks the API server about
-//! each, and `tests/it/rbac.rs` proves the tables equal both `deploy/rbac.yaml` and the requests
+//! each, and `tests/it/rbac.rs` proves the tables equal both `deploy/base/rbac.yaml` and the requests
 //! the operator makes over a whole life cycle.
 
 /// Where a permission is needed.
@@ -59,7 +59,7 @@ impl Permission {
     }
 
     /// The RBAC rule that grants exactly this permission, in the YAML flow style of
-    /// `deploy/rbac.yaml`.
+    /// `deploy/base/rbac.yaml`.
     pub fn rule(&self) -> String {
         format!(
             "{{apiGroups: [\"{}\"], resources: [\"{}\"], verbs: [\"{}\"]}}",

@@ -16,7 +16,7 @@ use crate::crd::{
 pub const OLDEST_MINOR: u32 = 33;
 
 /// The command that installs the CRD of this binary.
-pub const APPLY_CRD: &str = "kubectl apply -f deploy/crd.yaml (of this release), or: myapp-operator crd | kubectl apply -f -";
+pub const APPLY_CRD: &str = "kubectl apply -f deploy/base/crd.yaml (of this release), or: myapp-operator crd | kubectl apply -f -";
 
 /// The API group, whether the server answered, whether the CRD is installed.
 pub async fn checks(client: &Client) -> (Group, bool, bool) {
@@ -160,7 +160,7 @@ fn schema_check(crd: &CustomResourceDefinition) -> Check {
         return Check::fail(
             ID,
             format!(
-                "{} carries no {SCHEMA_SERIAL_ANNOTATION} annotation: it was not installed from this project's deploy/crd.yaml",
+                "{} carries no {SCHEMA_SERIAL_ANNOTATION} annotation: it was not installed from this project's deploy/base/crd.yaml",
                 names::CRD
             ),
             APPLY_CRD,
@@ -184,7 +184,7 @@ fn schema_check(crd: &CustomResourceDefinition) -> Check {
             format!(
                 "the installed CRD schema is newer than this binary's (serial {n}, this binary has {SCHEMA_SERIAL}): this operator is older than the CRD"
             ),
-            "upgrade the operator to the release whose deploy/crd.yaml was applied (a downgrade of the CRD could drop fields newer MyApps use)",
+            "upgrade the operator to the release whose deploy/base/crd.yaml was applied (a downgrade of the CRD could drop fields newer MyApps use)",
             "upgrade",
         ),
         Ok(_) if installed_digest != digest => Check::fail(

@@ -18,6 +18,12 @@ pub async fn checks(client: &Client, target: &Target, configurations: &Configura
         name: "cert-manager",
         checks,
     };
+    if target.is_dev() {
+        return group(vec![Check::skip(
+            "cert-manager.served",
+            "dev makes its own CA and serving certificate: cert-manager has no part in it",
+        )]);
+    }
     let served = match client.list_api_group_resources("cert-manager.io/v1").await {
         Ok(list) => list.resources.iter().any(|r| r.name == "certificates"),
         Err(error) if is_not_found(&error) => false,

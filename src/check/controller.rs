@@ -17,6 +17,12 @@ use super::{
 
 /// The Controller group.
 pub async fn checks(client: &Client, target: &Target) -> Group {
+    if target.is_dev() {
+        return group(vec![Check::skip(
+            "controller.lease",
+            "dev runs one controller in its own process, without leader election: there is no Lease or pod to check",
+        )]);
+    }
     let ns = &target.namespace;
     let logs = format!(
         "kubectl -n {ns} get pods -l app.kubernetes.io/name=myapp-operator; kubectl -n {ns} logs deploy/myapp-operator"
@@ -80,7 +86,7 @@ pub async fn checks(client: &Client, target: &Target) -> Group {
             "controller",
         )),
     }
-    // The identity is the pod name (deploy/deployment.yaml sets MYAPP_IDENTITY from it).
+    // The identity is the pod name (deploy/base/deployment.yaml sets MYAPP_IDENTITY from it).
     // As JSON: its Ready condition is all that is read, and a typed Pod would bring a reader
     // for every field of a pod spec into the binary.
     let pods =

@@ -21,6 +21,15 @@ pub fn operator_permissions() -> impl Iterator<Item = &'static Permission> {
 
 /// The RBAC group.
 pub async fn checks(client: &Client, target: &Target) -> Group {
+    if target.is_dev() {
+        return Group {
+            name: "RBAC",
+            checks: vec![Check::skip(
+                "rbac",
+                "dev runs the operator with its kubeconfig's credentials: there is no ServiceAccount to check",
+            )],
+        };
+    }
     let api = Api::<SubjectAccessReview>::all(client.clone());
     let user = format!(
         "system:serviceaccount:{}:{}",
@@ -138,7 +147,7 @@ fn missing_rule(permission: &Permission, namespace: &str) -> String {
         }
     };
     format!(
-        "add the rule {} to {role} (deploy/rbac.yaml has it: kubectl apply -f deploy/rbac.yaml)",
+        "add the rule {} to {role} (deploy/base/rbac.yaml has it: kubectl apply -f deploy/base/rbac.yaml)",
         permission.rule()
     )
 }
@@ -152,7 +161,7 @@ mod tests {
         let lease = Permission::namespaced("coordination.k8s.io", "leases", "update");
         assert_eq!(
             missing_rule(&lease, "myapp-system"),
-            "add the rule {apiGroups: [\"coordination.k8s.io\"], resources: [\"leases\"], verbs: [\"update\"]} to the Role myapp-operator-leader-election in myapp-system (deploy/rbac.yaml has it: kubectl apply -f deploy/rbac.yaml)"
+            "add the rule {apiGroups: [\"coordination.k8s.io\"], resources: [\"leases\"], verbs: [\"update\"]} to the Role myapp-operator-leader-election in myapp-system (deploy/base/rbac.yaml has it: kubectl apply -f deploy/base/rbac.yaml)"
         );
         let status = Permission::cluster("example.com", "myapps/status", "patch");
         assert_eq!(

@@ -22,7 +22,7 @@ use rustls_pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
 
 use super::{
     report::{Check, Group},
-    target::{Target, api_message, is_not_found, names},
+    target::{Install, Target, api_message, is_not_found, names},
 };
 
 /// Under this much validity left the certificate check warns: cert-manager renews at two
@@ -55,8 +55,11 @@ pub async fn checks(
         mutating.map(|c| {
             c.map(|c| {
                 let annotation = inject_ca_from(&c.metadata);
-                let clients = c.webhooks.into_iter().flatten().map(|w| w.client_config);
-                (annotation, clients.collect())
+                let hooks = c.webhooks.into_iter().flatten();
+                (
+                    annotation,
+                    hooks.map(|w| (w.name, w.client_config)).collect(),
+                )
             })
         }),
     );
@@ -71,67 +74,40 @@ pub async fn checks(
         validating.map(|c| {
             c.map(|c| {
                 let annotation = inject_ca_from(&c.metadata);
-                let clients = c.webhooks.into_iter().flatten().map(|w| w.client_config);
-                (annotation, clients.collect())
+                let hooks = c.webhooks.into_iter().flatten();
+                (
+                    annotation,
+                    hooks.map(|w| (w.name, w.client_config)).collect(),
+                )
             })
         }),
     );
 
-    let secrets = Api::<Secret>::namespaced(client.clone(), &target.namespace);
-    let chain = match secrets.get_opt(names::WEBHOOK_SECRET).await {
-        Ok(Some(secret)) => serving_chain(&mut checks, &secret, &target.namespace),
-        Ok(None) => {
-            checks.push(Check::fail(
-                "webhook.secret",
-                format!(
-                    "the Secret {}/{} with the webhook's serving certificate does not exist",
-                    target.namespace,
-                    names::WEBHOOK_SECRET
-                ),
-                format!(
-                    "cert-manager issues it from the Certificate {0}/{1}: kubectl -n {0} describe certificate {1}",
-                    target.namespace,
-                    names::CERTIFICATE
-                ),
-                "webhook",
-            ));
-            None
-        }
-        Err(error) => {
-            checks.push(Check::fail(
-                "webhook.secret",
-                format!(
-                    "the Secret {}/{} cannot be read: {}",
-                    target.namespace,
-                    names::WEBHOOK_SECRET,
-                    api_message(&error)
-                ),
-                "run check as a user who may get secrets in the operator's namespace",
-                "webhook",
-            ));
-            None
-        }
+    let chain = match &target.install {
+        Install::Dev { serving_chain } => dev_chain(&mut checks, serving_chain, &target.namespace),
+        Install::Cluster => secret_chain(&mut checks, client, &target.namespace).await,
     };
     if let Some(chain) = &chain {
         let host = format!("{}.{}.svc", names::WEBHOOK_SERVICE, target.namespace);
-        for (kind, id, bundles) in [
-            ("MutatingWebhookConfiguration", "mutating", &mutating),
-            ("ValidatingWebhookConfiguration", "validating", &validating),
+        for (kind, configuration) in [
+            ("MutatingWebhookConfiguration", &mutating),
+            ("ValidatingWebhookConfiguration", &validating),
         ] {
-            if let Some(bundles) = bundles {
-                checks.push(ca_bundle_check(
-                    kind,
-                    id,
-                    bundles,
-                    chain,
-                    &host,
-                    &target.namespace,
-                ));
+            for hook in configuration.iter().flat_map(|c| &c.hooks) {
+                let fix = bundle_fix(target, configuration.as_ref());
+                checks.push(ca_bundle_check(kind, hook, chain, &host, fix));
             }
         }
         checks.push(validity_check(chain, &target.namespace));
     }
-    checks.push(endpoints_check(client, &target.namespace).await);
+    if target.is_dev() {
+        checks.push(Check::skip(
+            "webhook.endpoints",
+            "dev routes the webhook Service to its own listener: there are no pods or endpoints to check",
+        ));
+    } else {
+        checks.push(endpoints_check(client, &target.namespace).await);
+    }
     if crd_installed {
         checks.extend(probe::checks(client, target).await);
     } else {
@@ -149,6 +125,78 @@ pub async fn checks(
     )
 }
 
+/// The certificate chain the dev process serves, from its marker.
+fn dev_chain(
+    checks: &mut Vec<Check>,
+    pem: &str,
+    namespace: &str,
+) -> Option<Vec<CertificateDer<'static>>> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .filter_map(Result::ok)
+        .collect();
+    if chain.is_empty() {
+        checks.push(Check::fail(
+            "webhook.secret",
+            format!(
+                "the ConfigMap {namespace}/{} holds no PEM certificate in tls.crt",
+                names::DEV_MARKER
+            ),
+            "restart myapp-operator dev: it writes the certificate its webhook serves",
+            "webhook",
+        ));
+        return None;
+    }
+    checks.push(Check::skip(
+        "webhook.secret",
+        format!(
+            "dev serves its certificate from its state directory, not a Secret: checked from the ConfigMap {namespace}/{}",
+            names::DEV_MARKER
+        ),
+    ));
+    Some(chain)
+}
+
+/// The certificate chain the pods serve: `tls.crt` of the Secret they mount.
+async fn secret_chain(
+    checks: &mut Vec<Check>,
+    client: &Client,
+    namespace: &str,
+) -> Option<Vec<CertificateDer<'static>>> {
+    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+    match secrets.get_opt(names::WEBHOOK_SECRET).await {
+        Ok(Some(secret)) => serving_chain(checks, &secret, namespace),
+        Ok(None) => {
+            checks.push(Check::fail(
+                "webhook.secret",
+                format!(
+                    "the Secret {namespace}/{} with the webhook's serving certificate does not exist",
+                    names::WEBHOOK_SECRET
+                ),
+                format!(
+                    "cert-manager issues it from the Certificate {namespace}/{}: kubectl -n {namespace} describe certificate {}; without cert-manager, create it from myapp-operator certs (see Without cert-manager)",
+                    names::CERTIFICATE,
+                    names::CERTIFICATE
+                ),
+                "webhook",
+            ));
+            None
+        }
+        Err(error) => {
+            checks.push(Check::fail(
+                "webhook.secret",
+                format!(
+                    "the Secret {namespace}/{} cannot be read: {}",
+                    names::WEBHOOK_SECRET,
+                    api_message(&error)
+                ),
+                "run check as a user who may get secrets in the operator's namespace",
+                "webhook",
+            ));
+            None
+        }
+    }
+}
+
 fn inject_ca_from(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Option<String> {
@@ -158,25 +206,40 @@ fn inject_ca_from(
         .cloned()
 }
 
-type Fetched = Result<Option<(Option<String>, Vec<WebhookClientConfig>)>, kube::Error>;
+type Fetched = Result<Option<(Option<String>, Vec<(String, WebhookClientConfig)>)>, kube::Error>;
 
-/// Checks one configuration exists; returns the caBundle of each of its webhooks.
+/// One webhook configuration, as the caBundle checks read it.
+struct Configuration {
+    /// Whether it asks cert-manager's CA injector for its caBundle.
+    injected: bool,
+    /// Its webhooks: each entry's `name` and `caBundle`.
+    hooks: Vec<(String, Option<ByteString>)>,
+}
+
+/// Checks one configuration exists, and returns it.
 fn configuration(
     checks: &mut Vec<Check>,
     configurations: &mut Configurations,
     id: &'static str,
     kind: &str,
     fetched: Fetched,
-) -> Option<Vec<Option<ByteString>>> {
+) -> Option<Configuration> {
     let id_exists = format!("webhook.configuration.{id}");
     match fetched {
-        Ok(Some((annotation, clients))) if !clients.is_empty() => {
+        Ok(Some((annotation, hooks))) if !hooks.is_empty() => {
             checks.push(Check::ok(
                 id_exists,
                 format!("the {kind} {} exists", names::WEBHOOK_CONFIGURATION),
             ));
+            let injected = annotation.is_some();
             configurations.inject_ca_from.push((id, annotation));
-            Some(clients.into_iter().map(|c| c.ca_bundle).collect())
+            Some(Configuration {
+                injected,
+                hooks: hooks
+                    .into_iter()
+                    .map(|(name, client)| (name, client.ca_bundle))
+                    .collect(),
+            })
         }
         Ok(Some(_)) => {
             checks.push(Check::fail(
@@ -185,7 +248,7 @@ fn configuration(
                     "the {kind} {} has no webhooks",
                     names::WEBHOOK_CONFIGURATION
                 ),
-                "kubectl apply -f deploy/webhooks.yaml",
+                "kubectl apply -k deploy/ (or deploy/without-cert-manager/)",
                 "webhook",
             ));
             None
@@ -197,7 +260,7 @@ fn configuration(
                     "the {kind} {} does not exist: MyApps are neither validated nor defaulted",
                     names::WEBHOOK_CONFIGURATION
                 ),
-                "kubectl apply -f deploy/webhooks.yaml (cert-manager then injects its caBundle)",
+                "kubectl apply -k deploy/ (cert-manager then injects its caBundle), or deploy/without-cert-manager/ with your CA",
                 "webhook",
             ));
             None
@@ -258,66 +321,76 @@ fn serving_chain(
     Some(chain)
 }
 
-/// Verifies the serving chain against every webhook's caBundle, for the name the API server
-/// dials (`<service>.<namespace>.svc`). Validity is the next check's business, so the chain is
-/// verified at a moment it is valid.
-fn ca_bundle_check(
-    kind: &str,
-    id: &str,
-    bundles: &[Option<ByteString>],
-    chain: &[CertificateDer<'static>],
-    host: &str,
-    namespace: &str,
-) -> Check {
-    let id = format!("webhook.ca-bundle.{id}");
-    let hint = format!(
-        "cert-manager's CA injector sets caBundle from the annotation cert-manager.io/inject-ca-from: {namespace}/{} (kubectl -n cert-manager logs deploy/cert-manager-cainjector); without cert-manager set caBundle to the CA that signed {}",
-        names::CERTIFICATE,
-        names::WEBHOOK_SECRET
-    );
-    let at = webhook::tls::certificate_validity(&chain[0])
-        .map(|(not_before, not_after)| unix_now().clamp(not_before, not_after))
-        .unwrap_or_else(|_| unix_now());
-    for bundle in bundles {
-        let Some(ByteString(bundle)) = bundle.as_ref().filter(|b| !b.0.is_empty()) else {
-            return Check::fail(
-                id,
-                format!(
-                    "the {kind} {} has no caBundle",
-                    names::WEBHOOK_CONFIGURATION
-                ),
-                hint,
-                "webhook",
-            );
-        };
-        if let Err(reason) = verify(bundle, chain, host, at) {
-            return Check::fail(
-                id,
-                format!(
-                    "the caBundle of the {kind} {} does not verify the serving certificate in {namespace}/{}: {reason}",
-                    names::WEBHOOK_CONFIGURATION,
-                    names::WEBHOOK_SECRET
-                ),
-                hint,
-                "webhook",
-            );
-        }
+/// How a configuration's webhooks get their caBundle back.
+fn bundle_fix(target: &Target, configuration: Option<&Configuration>) -> String {
+    let namespace = &target.namespace;
+    if target.is_dev() {
+        return "restart myapp-operator dev: it installs the webhook configurations with the CA of the certificate it serves".into();
     }
-    Check::ok(
-        id,
-        format!(
-            "the caBundle of the {kind} {} verifies the serving certificate for {host}",
-            names::WEBHOOK_CONFIGURATION
-        ),
+    if configuration.is_some_and(|c| c.injected) {
+        return format!(
+            "cert-manager's CA injector sets caBundle on every webhook of a configuration annotated cert-manager.io/inject-ca-from: {namespace}/{}; look at its log: kubectl -n cert-manager logs deploy/cert-manager-cainjector",
+            names::CERTIFICATE
+        );
+    }
+    format!(
+        "put the CA that signed the certificate in {namespace}/{} into deploy/without-cert-manager/ca.crt and run kubectl apply -k deploy/without-cert-manager: it sets caBundle on every webhook",
+        names::WEBHOOK_SECRET
     )
 }
 
-fn verify(
-    bundle: &[u8],
+/// Verifies the serving chain against one webhook's caBundle, for the name the API server
+/// dials (`<service>.<namespace>.svc`).
+fn ca_bundle_check(
+    kind: &str,
+    (name, bundle): &(String, Option<ByteString>),
     chain: &[CertificateDer<'static>],
     host: &str,
-    at: i64,
-) -> Result<(), String> {
+    fix: String,
+) -> Check {
+    let id = format!("webhook.ca-bundle.{name}");
+    let of = format!("webhook {name} ({kind} {})", names::WEBHOOK_CONFIGURATION);
+    let Some(ByteString(bundle)) = bundle.as_ref().filter(|b| !b.0.is_empty()) else {
+        return Check::fail(
+            id,
+            format!(
+                "{of} has no caBundle: the API server cannot trust the webhook and refuses every request it matches"
+            ),
+            fix,
+            "webhook",
+        );
+    };
+    match verify(bundle, chain, host) {
+        Ok(()) => Check::ok(
+            id,
+            format!("the caBundle of {of} verifies the serving certificate for {host}"),
+        ),
+        Err(reason) => Check::fail(
+            id,
+            format!("the caBundle of {of} does not verify the serving certificate: {reason}"),
+            fix,
+            "webhook",
+        ),
+    }
+}
+
+/// Whether `ca_bundle` (PEM) verifies the serving chain `serving_chain` (PEM, leaf first) for
+/// `host`, as the API server does when it calls the webhook. Validity is checked apart, so the
+/// chain is verified at a moment the leaf is valid.
+pub fn verifies(ca_bundle: &[u8], serving_chain: &[u8], host: &str) -> Result<(), String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(serving_chain)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("the serving chain is not PEM: {e}"))?;
+    if chain.is_empty() {
+        return Err("the serving chain holds no certificate".into());
+    }
+    verify(ca_bundle, &chain, host)
+}
+
+fn verify(bundle: &[u8], chain: &[CertificateDer<'static>], host: &str) -> Result<(), String> {
+    let at = webhook::tls::certificate_validity(&chain[0])
+        .map(|(not_before, not_after)| unix_now().clamp(not_before, not_after))
+        .unwrap_or_else(|_| unix_now());
     let mut roots = rustls::RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(bundle) {
         let ca = ca.map_err(|e| format!("the caBundle is not PEM: {e}"))?;
@@ -415,7 +488,7 @@ async fn endpoints_check(client: &Client, namespace: &str) -> Check {
             return Check::fail(
                 ID,
                 format!("the Service {namespace}/{service} does not exist"),
-                "kubectl apply -f deploy/services.yaml",
+                "kubectl apply -f deploy/base/services.yaml",
                 "webhook",
             );
         }

@@ -22,7 +22,7 @@ pub const REMIND_EVERY: Duration = Duration::from_secs(600);
 
 /// The command that installs the CRD.
 pub const FIX: &str =
-    "kubectl apply -f deploy/crd.yaml (or: myapp-operator crd | kubectl apply -f -)";
+    "kubectl apply -f deploy/base/crd.yaml (or: myapp-operator crd | kubectl apply -f -)";
 
 /// What the MyApp watch last said about the CRD; cheap to clone into the watch stream.
 #[derive(Clone)]

@@ -43,7 +43,7 @@ pub(super) fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) ->
 }
 
 /// What grants the status write back when the API server refuses it for permission.
-pub const STATUS_FORBIDDEN_FIX: &str = "grant patch on myapps/status (example.com) to the operator's ServiceAccount: kubectl apply -f deploy/rbac.yaml; myapp-operator check names what is missing";
+pub const STATUS_FORBIDDEN_FIX: &str = "grant patch on myapps/status (example.com) to the operator's ServiceAccount: kubectl apply -f deploy/base/rbac.yaml; myapp-operator check names what is missing";
 
 /// Whether the API server refused a status write for permission (403).
 fn status_forbidden(error: &Error) -> bool {

@@ -1,5 +1,5 @@
-//! `deploy/prometheus/myapp-operator.rules.yaml`: a Prometheus rules file whose every expression
-//! parses as PromQL and names only series the operator exports.
+//! `deploy/monitoring/prometheusrule.yaml`: a PrometheusRule whose `spec` is a Prometheus rules
+//! file, every expression of which parses as PromQL and names only series the operator exports.
 
 use std::{collections::BTreeMap, collections::BTreeSet, path::Path};
 
@@ -8,6 +8,15 @@ use promql_parser::{
     util::{ExprVisitor, walk_expr},
 };
 use serde::Deserialize;
+
+/// A PrometheusRule: its `spec` is the rules file.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PrometheusRule {
+    api_version: String,
+    kind: String,
+    spec: RuleFile,
+}
 
 /// The rules file format, as strict as Prometheus' loader: unknown keys are errors.
 #[derive(Debug, Deserialize)]
@@ -39,10 +48,15 @@ struct Rule {
 }
 
 fn rules() -> RuleFile {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/myapp-operator.rules.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring/prometheusrule.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let rule: PrometheusRule =
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        (rule.api_version.as_str(), rule.kind.as_str()),
+        ("monitoring.coreos.com/v1", "PrometheusRule")
+    );
+    rule.spec
 }
 
 /// Every sample name `/metrics` can show: each family with its type's suffixes.

@@ -101,7 +101,10 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
     assert_eq!(failed(&report), set(&["api.crd.schema"]), "{}", report.json);
     let (_, message, hint) = report.get("api.crd.schema");
     assert!(message.contains("older than this binary's"), "{message}");
-    assert!(hint.contains("kubectl apply -f deploy/crd.yaml"), "{hint}");
+    assert!(
+        hint.contains("kubectl apply -f deploy/base/crd.yaml"),
+        "{hint}"
+    );
     assert!(
         hint.contains("myapp-operator crd | kubectl apply -f -"),
         "{hint}"
@@ -136,16 +139,16 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
     assert_eq!(
         failed(&report),
         set(&[
-            "webhook.ca-bundle.validating",
+            "webhook.ca-bundle.validate.myapps.example.com",
             "webhook.denies-invalid",
             "webhook.admits-valid"
         ]),
         "{}",
         report.json
     );
-    let (_, message, hint) = report.get("webhook.ca-bundle.validating");
+    let (_, message, hint) = report.get("webhook.ca-bundle.validate.myapps.example.com");
     assert!(
-        message.contains("does not verify the serving certificate"),
+        message.contains("the caBundle of webhook validate.myapps.example.com (ValidatingWebhookConfiguration myapp-operator) does not verify the serving certificate"),
         "{message}"
     );
     assert!(
@@ -157,6 +160,46 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
             "myapp-operator",
             &PatchParams::default(),
             &set_bundle(&right),
+        )
+        .await
+        .unwrap();
+
+    // The scale webhook without its bundle (the old recipe without cert-manager did this):
+    // only `kubectl scale` and autoscalers would be refused, so no dry run notices; its own
+    // check names it.
+    validating
+        .patch(
+            "myapp-operator",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(
+                    json!([{"op": "remove", "path": "/webhooks/1/clientConfig/caBundle"}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let report = install.report().await;
+    assert_eq!(
+        failed(&report),
+        set(&["webhook.ca-bundle.scale.myapps.example.com"]),
+        "{}",
+        report.json
+    );
+    let (_, message, _) = report.get("webhook.ca-bundle.scale.myapps.example.com");
+    assert!(
+        message.contains("webhook scale.myapps.example.com (ValidatingWebhookConfiguration myapp-operator) has no caBundle"),
+        "{message}"
+    );
+    validating
+        .patch(
+            "myapp-operator",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([{"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": right}]))
+                    .unwrap(),
+            ),
         )
         .await
         .unwrap();
@@ -252,7 +295,7 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
         "the CustomResourceDefinition myapps.example.com is not installed"
     );
     assert!(
-        hint.starts_with("kubectl apply -f deploy/crd.yaml"),
+        hint.starts_with("kubectl apply -f deploy/base/crd.yaml"),
         "{hint}"
     );
     assert_eq!(report.get("children").0, "skip");

@@ -46,12 +46,12 @@ fn read_yaml(path: &Path) -> Value {
 
 #[test]
 fn committed_crd_yaml_matches_the_generated_one() {
-    let committed =
-        std::fs::read_to_string(root().join("deploy/crd.yaml")).expect("deploy/crd.yaml exists");
+    let committed = std::fs::read_to_string(root().join("deploy/base/crd.yaml"))
+        .expect("deploy/base/crd.yaml exists");
     let generated = crd::crd_yaml().expect("CRD renders as YAML");
     assert!(
         committed == generated,
-        "deploy/crd.yaml is stale: regenerate it with `cargo run -q -- crd > deploy/crd.yaml` and commit it"
+        "deploy/base/crd.yaml is stale: regenerate it with `cargo run -q -- crd > deploy/base/crd.yaml` and commit it"
     );
 }
 

@@ -346,3 +346,74 @@ fn the_banner_promises_injected_defaults_only_when_some_are_configured() {
     let with = myapp_operator::dev::next_steps(true).join("\n");
     assert!(with.contains("--default-env injected"), "{with}");
 }
+
+/// `check` against a fresh `dev`: it tells dev by the marker dev writes, passes, and reports
+/// what only a cluster install has as skipped, each with the reason.
+#[test]
+fn check_passes_against_a_fresh_dev_and_says_what_it_skipped() {
+    let state = tempfile::tempdir().unwrap();
+    let dev = start_dev(state.path());
+    let kubeconfig = printed(&dev, "export KUBECONFIG=").to_owned();
+    let output = Command::new(env!("CARGO_BIN_EXE_myapp-operator"))
+        .args(["check", "-o", "json", "--kubeconfig", &kubeconfig])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(output.status.code(), Some(0), "{report:#}");
+    let checks: Vec<&serde_json::Value> = report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["checks"].as_array().unwrap())
+        .collect();
+    let with = |status: &str| -> Vec<String> {
+        checks
+            .iter()
+            .filter(|c| c["status"] == status)
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c["id"].as_str().unwrap(),
+                    c["message"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert!(
+        with("fail").is_empty() && with("warn").is_empty(),
+        "{report:#}"
+    );
+    let skipped = with("skip");
+    for (id, reason) in [
+        ("rbac", "no ServiceAccount"),
+        ("webhook.secret", "not a Secret"),
+        ("webhook.endpoints", "no pods"),
+        ("cert-manager.served", "its own CA"),
+        ("controller.lease", "without leader election"),
+    ] {
+        assert!(
+            skipped
+                .iter()
+                .any(|s| s.starts_with(&format!("{id}: ")) && s.contains(reason)),
+            "{id} is skipped because of {reason:?}: {skipped:#?}"
+        );
+    }
+    assert_eq!(skipped.len(), 5, "{skipped:#?}");
+    // What still applies to dev is checked for real: every webhook's caBundle against the
+    // certificate dev serves, and the whole admission path.
+    let passed = with("ok");
+    for id in [
+        "api.install",
+        "webhook.ca-bundle.default.myapps.example.com",
+        "webhook.ca-bundle.validate.myapps.example.com",
+        "webhook.ca-bundle.scale.myapps.example.com",
+        "webhook.denies-invalid",
+        "webhook.admits-valid",
+    ] {
+        assert!(
+            passed.iter().any(|s| s.starts_with(&format!("{id}: "))),
+            "{id} passed: {passed:#?}"
+        );
+    }
+}

@@ -1,8 +1,8 @@
-//! `deploy/rbac.yaml` grants exactly what the operator uses: the operator runs through a whole
+//! `deploy/base/rbac.yaml` grants exactly what the operator uses: the operator runs through a whole
 //! life cycle on the sandbox (leader election on, Events, every kind of write), and the
 //! (apiGroup, resource, verb) set of its requests in the sandbox's request log must equal the
 //! rules of the ClusterRole and the leader-election Role. And enforced, not only recorded: the
-//! operator runs as its ServiceAccount under `deploy/rbac.yaml` with zero 403s, and without any
+//! operator runs as its ServiceAccount under `deploy/base/rbac.yaml` with zero 403s, and without any
 //! one of its permissions it meets the 403 that proves why that permission is there.
 //!
 //! The operator's client sends its own `User-Agent`, and the sandbox records it: that is how the
@@ -94,9 +94,9 @@ fn granted(rules: &[PolicyRule]) -> BTreeSet<Permission> {
     out
 }
 
-/// The union of the ClusterRole's and the leader-election Role's rules in `deploy/rbac.yaml`.
+/// The union of the ClusterRole's and the leader-election Role's rules in `deploy/base/rbac.yaml`.
 fn rbac_yaml_permissions() -> BTreeSet<Permission> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     let mut out = BTreeSet::new();
@@ -256,7 +256,7 @@ fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
     );
 }
 
-/// `deploy/rbac.yaml` without one verb of one rule (the rule goes when no verb is left).
+/// `deploy/base/rbac.yaml` without one verb of one rule (the rule goes when no verb is left).
 pub(crate) fn rbac_documents_without(removed: &Permission) -> Vec<Value> {
     let mut documents = crate::support::install::rbac_documents();
     for doc in &mut documents {

@@ -1,4 +1,4 @@
-//! The operator's own Deployment, as `deploy/deployment.yaml` writes it, installed and rolled
+//! The operator's own Deployment, as `deploy/base/deployment.yaml` writes it, installed and rolled
 //! the way a cluster does it: two replicas of the real `myapp-operator run` binary, probed
 //! like a kubelet probes them, rolled within `maxSurge`/`maxUnavailable`, stopped with SIGTERM
 //! and the manifest's grace period, the webhook reached through a Service whose endpoints are
@@ -77,7 +77,7 @@ fn with_drain_delay(mut deployment: Deployment, delay: &str) -> Deployment {
         .iter_mut()
         .flat_map(|c| c.env.iter_mut().flatten())
         .find(|var| var.name == "MYAPP_DRAIN_DELAY")
-        .expect("deploy/deployment.yaml sets MYAPP_DRAIN_DELAY");
+        .expect("deploy/base/deployment.yaml sets MYAPP_DRAIN_DELAY");
     var.value = Some(delay.to_owned());
     deployment
 }
@@ -90,19 +90,19 @@ fn document(file: &str, kind: &str) -> Value {
 }
 
 /// The Service the webhook configurations call and the pod port it targets, from
-/// `deploy/webhooks.yaml` and `deploy/services.yaml`.
+/// `deploy/base/webhooks.yaml` and `deploy/base/services.yaml`.
 fn webhook_service() -> (ServiceRef, IntOrString) {
-    let hooks = document("webhooks.yaml", "ValidatingWebhookConfiguration");
+    let hooks = document("base/webhooks.yaml", "ValidatingWebhookConfiguration");
     let service = &hooks["webhooks"][0]["clientConfig"]["service"];
     let (namespace, name) = (
         service["namespace"].as_str().unwrap(),
         service["name"].as_str().unwrap(),
     );
     let port = service["port"].as_u64().unwrap_or(443) as u16;
-    let spec = documents("services.yaml")
+    let spec = documents("base/services.yaml")
         .into_iter()
         .find(|d| d["metadata"]["name"] == name)
-        .expect("deploy/services.yaml has the webhook Service");
+        .expect("deploy/base/services.yaml has the webhook Service");
     let target = spec["spec"]["ports"]
         .as_array()
         .unwrap()
@@ -114,12 +114,15 @@ fn webhook_service() -> (ServiceRef, IntOrString) {
     (ServiceRef::new(namespace, name, port), target_port)
 }
 
-/// The webhook configurations of `deploy/webhooks.yaml`, with the CA cert-manager's
+/// The webhook configurations of `deploy/base/webhooks.yaml`, with the CA cert-manager's
 /// injector would have put in.
 async fn install_webhooks(client: &Client, ca_pem: &str) {
     let bundle = ByteString(ca_pem.as_bytes().to_vec());
-    let mut mutating: MutatingWebhookConfiguration =
-        serde_json::from_value(document("webhooks.yaml", "MutatingWebhookConfiguration")).unwrap();
+    let mut mutating: MutatingWebhookConfiguration = serde_json::from_value(document(
+        "base/webhooks.yaml",
+        "MutatingWebhookConfiguration",
+    ))
+    .unwrap();
     for hook in mutating.webhooks.iter_mut().flatten() {
         hook.client_config.ca_bundle = Some(bundle.clone());
     }
@@ -127,9 +130,11 @@ async fn install_webhooks(client: &Client, ca_pem: &str) {
         .create(&PostParams::default(), &mutating)
         .await
         .unwrap();
-    let mut validating: ValidatingWebhookConfiguration =
-        serde_json::from_value(document("webhooks.yaml", "ValidatingWebhookConfiguration"))
-            .unwrap();
+    let mut validating: ValidatingWebhookConfiguration = serde_json::from_value(document(
+        "base/webhooks.yaml",
+        "ValidatingWebhookConfiguration",
+    ))
+    .unwrap();
     for hook in validating.webhooks.iter_mut().flatten() {
         hook.client_config.ca_bundle = Some(bundle.clone());
     }
@@ -243,7 +248,7 @@ async fn the_operators_deployment_rolls_twice_with_no_valid_write_refused_and_on
     let admin = cluster.client();
     install_webhooks(&admin, &cluster.bundle.ca_pem).await;
     let manifest = with_drain_delay(
-        serde_json::from_value(document("deployment.yaml", "Deployment")).unwrap(),
+        serde_json::from_value(document("base/deployment.yaml", "Deployment")).unwrap(),
         DRAIN_DELAY,
     );
     let name = manifest.metadata.name.clone().unwrap();

@@ -1,7 +1,7 @@
 //! `myapp-operator run` as a child process, the way a cluster runs it: readiness with and
 //! without the lease, with and without the CRD, across a lease hand-off, and SIGTERM while
 //! webhook requests stream in. Each replica reaches the API server over HTTPS with its own
-//! bound token of the operator's ServiceAccount, under `deploy/rbac.yaml` enforced: a
+//! bound token of the operator's ServiceAccount, under `deploy/base/rbac.yaml` enforced: a
 //! permission the operator lacks fails these tests as it would fail a cluster.
 
 use std::{
@@ -271,7 +271,7 @@ pub(crate) const SHORT_LEASE: [&str; 6] = [
 const REPLICA_TOKENS: usize = 64;
 
 /// An in-memory API server on loopback over HTTPS, as the replicas' "cluster", with
-/// `deploy/rbac.yaml` applied and enforced, and the webhook's serving certificate where
+/// `deploy/base/rbac.yaml` applied and enforced, and the webhook's serving certificate where
 /// cert-manager would have put it.
 pub(crate) struct Cluster {
     pub(crate) sandbox: kube_sandbox::Sandbox,

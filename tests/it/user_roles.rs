@@ -1,4 +1,4 @@
-//! `deploy/user-roles.yaml`: the MyApp rules that Kubernetes' `admin`, `edit` and `view`
+//! `deploy/base/user-roles.yaml`: the MyApp rules that Kubernetes' `admin`, `edit` and `view`
 //! ClusterRoles aggregate, judged by the sandbox's RBAC authorizer.
 //!
 //! The sandbox does not run the ClusterRole aggregation controller, so this test does its job:
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 const NS: &str = "team-a";
 
 fn user_roles() -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/user-roles.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/user-roles.yaml");
     serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 

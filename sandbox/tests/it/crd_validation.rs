@@ -397,11 +397,11 @@ async fn an_update_that_makes_a_crd_invalid_is_refused() {
     }
 }
 
-/// `deploy/crd.yaml`, which a test of the operator keeps equal to the CRD it generates.
+/// `deploy/base/crd.yaml`, which a test of the operator keeps equal to the CRD it generates.
 fn deployed_crd() -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crd.yaml");
-    let text = std::fs::read_to_string(&path).expect("deploy/crd.yaml");
-    serde_saphyr::from_str(&text).expect("deploy/crd.yaml is YAML")
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/crd.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/base/crd.yaml");
+    serde_saphyr::from_str(&text).expect("deploy/base/crd.yaml is YAML")
 }
 
 #[tokio::test]

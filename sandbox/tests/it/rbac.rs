@@ -48,7 +48,7 @@ fn binding(
     )
 }
 
-/// The operator's permissions, shaped like deploy/rbac.yaml, plus a few users for the corners.
+/// The operator's permissions, shaped like deploy/base/rbac.yaml, plus a few users for the corners.
 fn policy() -> Policy {
     let objects = [
         role(

@@ -81,7 +81,7 @@ pub async fn checks(client: &Client, target: &Target) -> Vec<Check> {
                 "the API server admitted a MyApp the webhook denies (dry run in {}): the validating webhook was not called",
                 target.probe_namespace
             ),
-            "kubectl apply -f deploy/webhooks.yaml; its namespaceSelector leaves out kube-system and the operator's namespace (pass --probe-namespace to try another)",
+            "kubectl apply -f deploy/base/webhooks.yaml; its namespaceSelector leaves out kube-system and the operator's namespace (pass --probe-namespace to try another)",
             "webhook",
         ),
     });
@@ -104,7 +104,7 @@ pub async fn checks(client: &Client, target: &Target) -> Vec<Check> {
                         "a valid MyApp was admitted without the env defaults the operator's Deployment configures: {}",
                         missing.join(", ")
                     ),
-                    "kubectl apply -f deploy/webhooks.yaml: the MutatingWebhookConfiguration must call /mutate-myapp",
+                    "kubectl apply -f deploy/base/webhooks.yaml: the MutatingWebhookConfiguration must call /mutate-myapp",
                     "webhook",
                 )
             } else if defaults.is_empty() {
@@ -130,7 +130,7 @@ pub async fn checks(client: &Client, target: &Target) -> Vec<Check> {
     checks
 }
 
-/// The `--default-env` entries of the operator's Deployment (`deploy/deployment.yaml`), from
+/// The `--default-env` entries of the operator's Deployment (`deploy/base/deployment.yaml`), from
 /// its container args and `MYAPP_DEFAULT_ENV`. None when there is no such Deployment.
 async fn configured_defaults(client: &Client, namespace: &str) -> Vec<EnvVar> {
     // As JSON: a few strings of its containers are all that is read, and a typed Deployment

@@ -1,5 +1,5 @@
 //! A whole installation on the sandbox, shaped as `deploy/` and cert-manager leave one: the CRD,
-//! `deploy/rbac.yaml` enforced, the webhook configurations with the CA injected, the Service
+//! `deploy/base/rbac.yaml` enforced, the webhook configurations with the CA injected, the Service
 //! with its EndpointSlice, the serving certificate in its Secret (and a Ready Certificate
 //! beside it), the real `myapp-operator run` serving and leading as the ServiceAccount, and its
 //! Pod and Deployment objects as the kubelet and `kubectl apply` would leave them.
@@ -119,7 +119,7 @@ fn certificate_crd() -> CustomResourceDefinition {
 }
 
 impl Install {
-    /// The API server with `deploy/rbac.yaml` and the CRD only (enough for the RBAC checks).
+    /// The API server with `deploy/base/rbac.yaml` and the CRD only (enough for the RBAC checks).
     pub async fn bare() -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let sandbox = kube_sandbox::Sandbox::builder()
@@ -157,14 +157,18 @@ impl Install {
             .await
             .unwrap();
         let ca = base64::engine::general_purpose::STANDARD.encode(install.pki.ca_pem());
-        let mut hooks = documents("webhooks.yaml");
+        let mut hooks = documents("base/webhooks.yaml");
         for config in &mut hooks {
+            // As deploy/kustomization.yaml renders them, and cert-manager's injector fills them.
+            config["metadata"]["annotations"] = json!({
+                "cert-manager.io/inject-ca-from": "myapp-system/myapp-operator-webhook"
+            });
             for hook in config["webhooks"].as_array_mut().unwrap() {
                 hook["clientConfig"]["caBundle"] = json!(ca);
             }
         }
         apply(&admin, hooks).await;
-        apply(&admin, documents("services.yaml")).await;
+        apply(&admin, documents("base/services.yaml")).await;
         let (cert, key) = install.pki.serving(-1, 90);
         install.put_secret(&cert, &key).await;
         apply(

@@ -63,7 +63,7 @@ async fn a_missing_crd_is_said_once_with_the_fix_and_a_metric_and_retried_quietl
         said["fix"]
             .as_str()
             .unwrap()
-            .starts_with("kubectl apply -f deploy/crd.yaml"),
+            .starts_with("kubectl apply -f deploy/base/crd.yaml"),
         "{said}"
     );
     assert_eq!(gauge(admin, "myapp_crd_installed"), Some(0));
@@ -159,7 +159,10 @@ async fn a_forbidden_status_write_says_forbidden_in_an_event() {
         note.starts_with("status not written, forbidden (403)"),
         "{note}"
     );
-    assert!(note.contains("kubectl apply -f deploy/rbac.yaml"), "{note}");
+    assert!(
+        note.contains("kubectl apply -f deploy/base/rbac.yaml"),
+        "{note}"
+    );
     operator.stop().await;
     install.served.shutdown().await.unwrap();
 }

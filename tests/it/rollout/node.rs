@@ -6,7 +6,7 @@
 //! handed to the sandbox's admission client).
 //!
 //! Everything a pod does comes from the live Deployment's pod template, which the test applied
-//! from `deploy/deployment.yaml`. The pod spec is translated to loopback, nothing else:
+//! from `deploy/base/deployment.yaml`. The pod spec is translated to loopback, nothing else:
 //! - each pod gets its own address 127.0.1.N, so the ports stay as the manifest writes them,
 //!   and a `0.0.0.0:PORT` in the container's env becomes `127.0.1.N:PORT`;
 //! - the downward API's `metadata.name`/`metadata.namespace` become the pod's name/namespace;

@@ -22,9 +22,9 @@ pub fn deploy_documents(file: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The documents of `deploy/rbac.yaml`: the ServiceAccount, the roles and their bindings.
+/// The documents of `deploy/base/rbac.yaml`: the ServiceAccount, the roles and their bindings.
 pub fn rbac_documents() -> Vec<Value> {
-    deploy_documents("rbac.yaml")
+    deploy_documents("base/rbac.yaml")
 }
 
 /// Creates each document as `client` (kubectl's create of a manifest).

@@ -48,7 +48,7 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Defaults: poll 10 s; handshake, first request, headers 5 s each; body 4 s; request 5 s
-    /// (the `timeoutSeconds` of `deploy/webhooks.yaml`); idle 120 s; drain 10 s; 4096
+    /// (the `timeoutSeconds` of `deploy/base/webhooks.yaml`); idle 120 s; drain 10 s; 4096
     /// connections; linger 1 s.
     pub fn new(addr: SocketAddr, cert_dir: impl Into<PathBuf>) -> Self {
         Self {
