@@ -63,6 +63,33 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The sandbox's router in process, as its admin: with authentication on, every request needs
+/// the admin's bearer token.
+fn admin_router(
+    router: axum::Router,
+    token: String,
+) -> impl tower::Service<
+    axum::http::Request<kube::client::Body>,
+    Response = axum::http::Response<axum::body::Body>,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ use<> {
+    let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}"))
+        .expect("a token is a header value");
+    tower::ServiceBuilder::new()
+        .map_request(
+            move |mut request: axum::http::Request<kube::client::Body>| {
+                request
+                    .headers_mut()
+                    .insert(axum::http::header::AUTHORIZATION, bearer.clone());
+                request
+            },
+        )
+        .service(router)
+}
+
 /// A client of the sandbox as served: HTTPS to its address, authenticated as `kubeconfig` says,
 /// as an out-of-process client (the operator) reaches it.
 async fn served_client(kubeconfig: &str) -> Outcome<Client> {
@@ -296,10 +323,19 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         .event_log_capacity((apps * 10).max(200_000))
         .event_log_bytes(usize::MAX)
         .request_log_capacity(1_000)
+        // As `dev` and a cluster are reached: HTTPS, and a bearer token checked on every
+        // request, so the operator's cost includes TLS.
+        .authentication()
         .build();
-    let served = sandbox.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let served = sandbox
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     std::fs::write(dir.path().join("kubeconfig"), served.kubeconfig()).unwrap();
-    let client = Client::new(sandbox.router(), "default");
+    let admin_token = sandbox
+        .token(kube_sandbox::authn::ADMIN_TOKEN_ID)
+        .expect("authentication is on");
+    let client = Client::new(admin_router(sandbox.router(), admin_token), "default");
     let crd = MyApp::crd();
     Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
         .patch("myapps.example.com", &PatchParams::apply("bench"), &Patch::Apply(&crd))
