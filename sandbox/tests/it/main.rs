@@ -13,6 +13,7 @@ mod kubectl;
 mod kubectl_auth;
 mod lists;
 mod managed_fields;
+mod object_limits;
 mod pods;
 mod printers;
 mod rbac;
