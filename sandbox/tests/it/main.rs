@@ -7,6 +7,7 @@ mod create;
 mod events;
 mod explain;
 mod faults;
+mod gateway;
 mod identity;
 mod kube_client;
 mod kubectl;
