@@ -2,6 +2,7 @@
 //! webhooks against the sandbox.
 
 mod admission;
+mod apply_order;
 mod crd_validation;
 mod create;
 mod events;
