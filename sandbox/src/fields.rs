@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+mod order;
+
 /// A set of field paths, as the tree `FieldsV1` spells: children keyed `f:<field>`,
 /// `k:{"<key>":<value>,...}` (list-map elements), `v:<json>` (set elements) or `i:<index>`, and
 /// `own` for the `.` member (the node itself, written `{}` for a leaf).
@@ -455,8 +457,9 @@ pub fn removed(old: &Value, new: Option<&Value>, shape: Shape, name: &str) -> Fi
 }
 
 /// Server-side apply's merge of a configuration into the live object: maps merge field by
-/// field, list-maps element by key, sets by value; atomic lists, atomic maps and scalars are
-/// replaced. A `null` in the configuration removes the field.
+/// field, list-maps element by key, sets by value, both ordered as the configuration orders
+/// them (`order::merged_order`); atomic lists, atomic maps and scalars are replaced. A `null`
+/// in the configuration removes the field.
 pub fn merge(live: &Value, config: &Value, shape: Shape, name: &str) -> Value {
     match (live, config) {
         (Value::Object(l), Value::Object(c)) if !shape.atomic_map(name) => {
@@ -477,22 +480,25 @@ pub fn merge(live: &Value, config: &Value, shape: Shape, name: &str) -> Value {
         (Value::Array(l), Value::Array(c)) => match shape.list_type(name, c) {
             ListType::Atomic => config.clone(),
             list => {
-                let mut out = l.clone();
-                for (i, item) in c.iter().enumerate() {
-                    let element = element_of(item, i, &list);
-                    let at = out
+                let keys = |items: &[Value]| -> Vec<String> {
+                    items
                         .iter()
                         .enumerate()
-                        .position(|(j, o)| element_of(o, j, &list) == element);
-                    match (at, &list) {
-                        (Some(j), ListType::Map(_)) => {
-                            out[j] = merge(&out[j], item, shape.items(), "");
+                        .map(|(i, item)| element_of(item, i, &list))
+                        .collect()
+                };
+                let merged = order::merged_order(&keys(l), &keys(c))
+                    .into_iter()
+                    .filter_map(|pair| match pair {
+                        (Some(i), Some(j)) if matches!(list, ListType::Map(_)) => {
+                            Some(merge(&l[i], &c[j], shape.items(), ""))
                         }
-                        (Some(_), _) => {}
-                        (None, _) => out.push(item.clone()),
-                    }
-                }
-                Value::Array(out)
+                        (_, Some(j)) => Some(c[j].clone()),
+                        (Some(i), None) => Some(l[i].clone()),
+                        (None, None) => None,
+                    })
+                    .collect();
+                Value::Array(merged)
             }
         },
         _ => config.clone(),

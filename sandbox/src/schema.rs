@@ -27,6 +27,7 @@
 //! it, sends a failure as a warning, and still rejects a rule that fails to evaluate (no such
 //! key, overflow); the sandbox does neither.
 
+mod defaulting;
 mod errors;
 mod value;
 mod walk;
@@ -56,6 +57,9 @@ pub struct CrdSchema {
     /// compiled the first time an update leaves those fields unchanged.
     ratcheted: Mutex<HashMap<Vec<String>, Arc<CompiledSchema>>>,
     validator: Validator,
+    /// The schema reduced to the nodes that lead to a `default` (None: it has none), for
+    /// defaulting on read.
+    defaults: Option<Value>,
 }
 
 impl std::fmt::Debug for CrdSchema {
@@ -93,6 +97,7 @@ impl CrdSchema {
             return Err(SchemaError::CompileRule { path, message });
         }
         Ok(Self {
+            defaults: defaulting::defaults_skeleton(&schema),
             schema,
             patterns,
             cel,
@@ -216,7 +221,15 @@ impl CrdSchema {
 
     /// Fills absent fields that have a schema `default`, where their parent object exists.
     pub fn apply_defaults(&self, object: &mut Value) {
-        apply_defaults(&self.schema, object, true);
+        if let Some(defaults) = &self.defaults {
+            apply_defaults(defaults, object, true);
+        }
+    }
+
+    /// `object` as the API server reads it from storage: with the schema's defaults filled in.
+    /// None when nothing is missing (the stored object reads as it is).
+    pub fn read_defaulted(&self, object: &Value) -> Option<Value> {
+        defaulting::defaulted(self.defaults.as_ref()?, object)
     }
 
     fn pattern(&self, path: &str) -> Option<&Regex> {

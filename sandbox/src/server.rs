@@ -6,6 +6,7 @@ mod create;
 mod delete;
 mod get;
 mod list;
+mod meta;
 mod patch;
 mod protobuf;
 mod review;

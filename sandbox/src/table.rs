@@ -43,31 +43,41 @@ fn split_path(path: &str) -> Vec<String> {
     segs
 }
 
-/// Evaluates the simple JSONPath forms printer columns use; None when nothing matches.
+/// Evaluates the JSONPath forms printer columns use (fields, `[n]`, `[*]`, `[?(@.k=="v")]`)
+/// and gives the first value found, None when nothing matches: the API server's table
+/// convertor prints `results[0][0]` of client-go's `FindResults`
+/// (`apiextensions-apiserver/pkg/registry/customresource/tableconvertor/tableconvertor.go`),
+/// so `.status.addresses[*].value` shows the first address.
 pub fn json_path(obj: &Value, path: &str) -> Option<Value> {
     let path = path.trim().trim_start_matches('{').trim_end_matches('}');
-    let mut cur = obj.clone();
+    let mut found: Vec<&Value> = vec![obj];
     for seg in split_path(path) {
-        if let Some(inner) = seg.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
-            let items = cur.as_array()?.clone();
-            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|s| s.strip_suffix(')')) {
-                let (key, value) = filter.split_once("==")?;
-                let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
-                cur = items.into_iter().find(|item| {
-                    item.pointer(&format!("/{}", key.trim().replace('.', "/")))
-                        .is_some_and(|v| match v {
-                            Value::String(s) => s == value,
-                            other => serde_json::to_string(other).is_ok_and(|t| t == value),
-                        })
-                })?;
-            } else {
-                cur = items.get(inner.trim().parse::<usize>().ok()?)?.clone();
-            }
+        let Some(inner) = seg.strip_prefix('[').and_then(|s| s.strip_suffix(']')) else {
+            found = found.into_iter().filter_map(|v| v.get(&seg)).collect();
+            continue;
+        };
+        let arrays: Vec<&Vec<Value>> = found.into_iter().filter_map(Value::as_array).collect();
+        let items = arrays.iter().copied().flatten();
+        found = if let Some(filter) = inner.strip_prefix("?(@.").and_then(|s| s.strip_suffix(')')) {
+            let (key, value) = filter.split_once("==")?;
+            let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
+            let pointer = format!("/{}", key.trim().replace('.', "/"));
+            items
+                .filter(|item| {
+                    item.pointer(&pointer).is_some_and(|v| match v {
+                        Value::String(s) => s == value,
+                        other => serde_json::to_string(other).is_ok_and(|t| t == value),
+                    })
+                })
+                .collect()
+        } else if inner.trim() == "*" {
+            items.collect()
         } else {
-            cur = cur.get(&seg)?.clone();
-        }
+            let index = inner.trim().parse::<usize>().ok()?;
+            arrays.iter().filter_map(|a| a.get(index)).collect()
+        };
     }
-    Some(cur)
+    found.first().map(|v| (*v).clone())
 }
 
 fn cell(column: &PrinterColumn, obj: &Value) -> Value {
@@ -171,5 +181,10 @@ mod tests {
             Some(json!("True"))
         );
         assert_eq!(json_path(&obj, ".spec.missing"), None);
+        assert_eq!(
+            json_path(&obj, ".status.conditions[*].type"),
+            Some(json!("A"))
+        );
+        assert_eq!(json_path(&obj, ".spec.replicas[*]"), None);
     }
 }

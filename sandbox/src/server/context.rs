@@ -1,5 +1,6 @@
 //! What every verb shares: the state behind the router, the parsed request, and JSON answers.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -124,8 +125,18 @@ impl Ctx {
     }
 }
 
+/// A stored object as the API server decodes it for a read (or as the base of a write): a
+/// custom resource gets its schema's defaults. Borrowed when nothing is missing.
+pub(super) fn decoded<'a>(rt: &ResourceType, obj: &'a Value) -> Cow<'a, Value> {
+    match rt.schema.as_ref().and_then(|s| s.read_defaulted(obj)) {
+        Some(defaulted) => Cow::Owned(defaulted),
+        None => Cow::Borrowed(obj),
+    }
+}
+
 /// An object as served by one version of its resource.
 pub(super) fn present(rt: &ResourceType, obj: &Value, meta_only: bool) -> Value {
+    let obj = &*decoded(rt, obj);
     if meta_only {
         return json!({
             "apiVersion": "meta.k8s.io/v1",
@@ -301,7 +312,7 @@ pub(super) fn read_current(ctx: &Ctx) -> Option<Value> {
         .store
         .lock()
         .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
-        .cloned()?;
+        .map(|obj| decoded(&ctx.rt, obj).into_owned())?;
     crate::events::convert(&mut current, &ctx.rt.api_version());
     Some(current)
 }

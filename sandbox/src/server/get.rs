@@ -4,7 +4,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
 
-use super::context::{Ctx, json_response};
+use super::context::{Ctx, decoded, json_response};
 use crate::status::ApiError;
 
 /// Answers a GET of the object the URL names (from the held snapshot for a client whose reads
@@ -23,7 +23,8 @@ pub(super) fn get(ctx: &Ctx) -> Result<Response, ApiError> {
 fn answer(ctx: &Ctx, obj: Option<&Value>, rv: u64) -> Result<Response, ApiError> {
     let obj = obj.ok_or_else(|| ApiError::not_found(&ctx.rt, ctx.name()))?;
     if ctx.table {
-        let table = crate::table::table(&ctx.rt, &[obj], rv);
+        let obj = decoded(&ctx.rt, obj);
+        let table = crate::table::table(&ctx.rt, &[&obj], rv);
         return Ok(json_response(StatusCode::OK, &table, &[]));
     }
     Ok(ctx.respond(StatusCode::OK, obj))

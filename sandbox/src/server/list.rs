@@ -4,7 +4,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::context::{Ctx, Selectors, json_response};
+use super::context::{Ctx, Selectors, decoded, json_response};
 use crate::status::ApiError;
 
 pub(super) fn list(ctx: &Ctx) -> Result<Response, ApiError> {
@@ -106,6 +106,8 @@ fn answer<'a>(
         }
     }
     if ctx.table {
+        let page: Vec<_> = page.into_iter().map(|o| decoded(&ctx.rt, o)).collect();
+        let page: Vec<&Value> = page.iter().map(|o| &**o).collect();
         let mut table = crate::table::table(&ctx.rt, &page, list_rv);
         table["metadata"] = metadata;
         return json_response(StatusCode::OK, &table, &[]);

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::context::{Ctx, Selectors, present, transition};
+use super::context::{Ctx, Selectors, decoded, present, transition};
 use crate::status::ApiError;
 use crate::store::{Event, Resource, meta_str};
 
@@ -116,6 +116,7 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
         let first_table = std::sync::atomic::AtomicBool::new(true);
         move |kind: &str, obj: &Value| {
             if as_table {
+                let obj = &*decoded(&rt, obj);
                 let mut table = crate::table::table(&rt, &[obj], 0);
                 if !first_table.swap(false, std::sync::atomic::Ordering::SeqCst) {
                     table["columnDefinitions"] = json!([]);
@@ -138,8 +139,11 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     let plain = !as_table && !meta_only;
     // `cache` is where a logged event keeps its line: an event sent as it happened and as
     // stored is rendered once, for every watch.
+    let decode_as = rt.clone();
     let render_line = move |kind: &str, obj: &Value, cache: Option<&OnceLock<Bytes>>| -> Bytes {
         let (api_version, resource_kind) = &served_as;
+        // A cached line is shared by every watch of this version, which decodes alike.
+        let obj = &*decoded(&decode_as, obj);
         if plain && stored_as(obj, api_version, resource_kind) {
             return match cache {
                 Some(cache) => cache.get_or_init(|| stored_line(kind, obj)).clone(),

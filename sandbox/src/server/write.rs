@@ -117,16 +117,19 @@ fn decode_defaults(
     Ok(())
 }
 
-/// The object checks of the resource: CRD registrability, custom-resource schema and CEL rules.
+/// The object checks of the resource: object metadata (every kind), CRD registrability,
+/// custom-resource schema and CEL rules. Metadata errors come first and do not stop the other
+/// checks, as `ValidateObjectMetaAccessor` heads every strategy's list.
 fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
     let name = meta_str(obj, "name").unwrap_or("").to_string();
+    let mut errors = super::meta::object_meta_errors(obj);
     if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
-        check_crd(ctx, obj, &name)?;
-    }
-    let Some(schema) = ctx.rt.schema.clone() else {
+        check_crd(ctx, obj, &name, errors)?;
         return Ok(());
-    };
-    let errors = schema.validate(obj, old);
+    }
+    if let Some(schema) = ctx.rt.schema.clone() {
+        errors.extend(schema.validate(obj, old));
+    }
     if !errors.is_empty() {
         return Err(ApiError::invalid(&ctx.rt, &name, errors));
     }
@@ -395,11 +398,17 @@ pub(super) fn release_unstored(ctx: &Ctx, new: &Value, old: Option<&Value>) {
     }
 }
 
-fn check_crd(ctx: &Ctx, obj: &mut Value, name: &str) -> Result<(), ApiError> {
+/// A CRD's own checks after its metadata's (`meta_errors`), then whether it can be registered.
+fn check_crd(
+    ctx: &Ctx,
+    obj: &mut Value,
+    name: &str,
+    mut errors: Vec<FieldError>,
+) -> Result<(), ApiError> {
     let crd: CustomResourceDefinition = serde_json::from_value(obj.clone()).map_err(|e| {
         ApiError::bad_request(format!("the CustomResourceDefinition cannot be read: {e}"))
     })?;
-    let errors = crate::crd::validate(obj);
+    errors.extend(crate::crd::validate(obj));
     if !errors.is_empty() {
         return Err(ApiError::invalid(&ctx.rt, name, errors));
     }

@@ -2,17 +2,20 @@
 //! webhooks against the sandbox.
 
 mod admission;
+mod apply_order;
 mod crd_validation;
 mod create;
 mod events;
 mod explain;
 mod faults;
+mod gateway;
 mod identity;
 mod kube_client;
 mod kubectl;
 mod kubectl_auth;
 mod lists;
 mod managed_fields;
+mod object_limits;
 mod pods;
 mod printers;
 mod rbac;
