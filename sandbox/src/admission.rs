@@ -72,16 +72,15 @@ mod client;
 mod errors;
 mod hook;
 mod matching;
+mod policy;
 mod review;
 mod trust;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use serde_json::Value;
 use tracing::{debug, warn};
 
@@ -90,6 +89,9 @@ pub use client::ServiceRef;
 pub use errors::{Error, Rejection};
 pub use hook::DEFAULT_TIMEOUT_SECONDS;
 pub use matching::{is_exempt_resource, rule_matches, selector_matches};
+pub use policy::validation::PARAMS_NOT_MODELLED;
+pub(crate) use policy::validation::prepare as prepare_policy_object;
+pub use policy::{AuditAnnotation, VALIDATION_FAILURE_KEY, Validating};
 
 use client::WebhookClient;
 use errors::denial;
@@ -143,6 +145,7 @@ pub fn merge_warnings(mut first: Vec<String>, second: Vec<String>) -> Vec<String
 #[derive(Clone, Default)]
 pub struct AdmissionChain {
     client: Arc<WebhookClient>,
+    audit: Arc<Mutex<Vec<AuditAnnotation>>>,
 }
 
 impl fmt::Debug for AdmissionChain {
@@ -187,13 +190,14 @@ impl AdmissionChain {
     pub async fn admit(
         &self,
         mutating: &[MutatingWebhookConfiguration],
-        validating: &[ValidatingWebhookConfiguration],
+        validating: impl Into<Validating>,
         request: &AdmissionAttributes,
     ) -> Result<Admitted, Rejection> {
+        let validating = validating.into();
         let mutated = self.mutate(mutating, request).await?;
         let mut request = request.clone();
         request.object = mutated.object;
-        match self.validate(validating, &request).await {
+        match self.validate(&validating, &request).await {
             Ok(validated) => Ok(Admitted {
                 object: validated.object,
                 warnings: merge_warnings(mutated.warnings, validated.warnings),
@@ -245,19 +249,31 @@ impl AdmissionChain {
         }
     }
 
-    /// The validating phase: matching validating webhooks in configuration-name order, on
-    /// `request.object` as it will be stored. The returned object is `request.object`.
+    /// The validating phase, on `request.object` as it will be stored: the bound
+    /// ValidatingAdmissionPolicies (in policy-name order), then the matching validating webhooks
+    /// in configuration-name order, as the real server orders its plugins. The returned object
+    /// is `request.object`.
     pub async fn validate(
         &self,
-        validating: &[ValidatingWebhookConfiguration],
+        validating: impl Into<Validating>,
         request: &AdmissionAttributes,
     ) -> Result<Admitted, Rejection> {
+        let validating = validating.into();
         let mut object = request.object.clone();
-        let mut warnings = Vec::new();
+        let policies = policy::dispatch(&validating, request);
+        let mut warnings = policies.warnings;
+        if !policies.annotations.is_empty() {
+            let mut audit = self.audit.lock().unwrap_or_else(PoisonError::into_inner);
+            audit.extend(policies.annotations);
+        }
+        if let Some(error) = policies.denial {
+            debug!(%error, "Denied by a ValidatingAdmissionPolicy");
+            return Err(Rejection { error, warnings });
+        }
         if is_exempt_resource(&request.resource) {
             return Ok(Admitted { object, warnings });
         }
-        for hook in &Hook::validating(validating) {
+        for hook in &Hook::validating(&validating.webhooks) {
             if let Err(error) = self
                 .dispatch(hook, request, &mut object, &mut warnings)
                 .await
@@ -266,6 +282,16 @@ impl AdmissionChain {
             }
         }
         Ok(Admitted { object, warnings })
+    }
+
+    /// The audit annotations ValidatingAdmissionPolicies gave requests so far (the Audit
+    /// action's `validation.policy.admission.k8s.io/validation_failure`), oldest first: what
+    /// the real server writes into its audit log.
+    pub fn audit_annotations(&self) -> Vec<AuditAnnotation> {
+        self.audit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Calls one webhook if it matches; returns whether it was called.

@@ -51,6 +51,12 @@ fn register(generator: &mut SchemaGenerator, group: &str, kind: &str) -> Option<
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             add::<admissionregistration::v1::MutatingWebhookConfiguration>(g)
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            add::<admissionregistration::v1::ValidatingAdmissionPolicy>(g)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            add::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(g)
+        }
         ("rbac.authorization.k8s.io", "ClusterRole") => add::<rbac::v1::ClusterRole>(g),
         ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
             add::<rbac::v1::ClusterRoleBinding>(g)

@@ -110,6 +110,8 @@ pub struct AdmissionAttributes {
     pub options: Option<Value>,
     /// The labels of the request's namespace (for `namespaceSelector`).
     pub namespace_labels: BTreeMap<String, String>,
+    /// The stored Namespace of a namespaced request (policies' `namespaceObject`).
+    pub namespace_object: Option<Value>,
 }
 
 impl AdmissionAttributes {
@@ -133,6 +135,7 @@ impl AdmissionAttributes {
             user_info: UserInfo::default(),
             options: None,
             namespace_labels: BTreeMap::new(),
+            namespace_object: None,
         }
     }
 

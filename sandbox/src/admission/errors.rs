@@ -17,6 +17,17 @@ pub enum Error {
         /// The denial as the API server answers it.
         status: Box<Status>,
     },
+    /// A ValidatingAdmissionPolicy's Deny action refused the request; `status` is what the
+    /// client gets.
+    #[error("{}", .status.message.as_deref().unwrap_or("denied by a ValidatingAdmissionPolicy"))]
+    PolicyDenied {
+        /// The policy's name.
+        policy: String,
+        /// The binding's name (none for a policy that failed before any binding).
+        binding: Option<String>,
+        /// The denial as the API server answers it.
+        status: Box<Status>,
+    },
     /// A matching webhook has side effects and the request is a dry run.
     #[error("admission webhook \"{webhook}\" does not support dry run")]
     DryRunUnsupported {
@@ -166,7 +177,7 @@ impl Error {
     /// The `Status` the API server answers with; its `code` is the HTTP status.
     pub fn status(&self) -> Status {
         match self {
-            Error::Denied { status, .. } => (**status).clone(),
+            Error::Denied { status, .. } | Error::PolicyDenied { status, .. } => (**status).clone(),
             Error::DryRunUnsupported { .. } => failure(400, "BadRequest", self.to_string(), None),
             _ => {
                 // As apierrors.NewInternalError: the cause repeats the bare message.

@@ -147,7 +147,7 @@ pub(super) fn evaluate_match_conditions(
 
 /// JSON as CEL sees Kubernetes objects: integral numbers are `int` (serde would make positive
 /// ones `uint`, and `object.spec.replicas == 2` would then be false).
-fn json_to_cel(value: &Value) -> kube::core::cel::cel::Value {
+pub(super) fn json_to_cel(value: &Value) -> kube::core::cel::cel::Value {
     use kube::core::cel::cel::Value as Cel;
     match value {
         Value::Null => Cel::Null,

@@ -2,15 +2,13 @@
 //! defaulting, mutating webhooks, naming, validation, validating webhooks; and what a committed
 //! write sets off.
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
 use super::context::{Ctx, FieldValidation};
 use crate::admission::{
-    AdmissionAttributes, GroupVersionKind, GroupVersionResource, Operation, Rejection,
+    AdmissionAttributes, GroupVersionKind, GroupVersionResource, Operation, Rejection, Validating,
 };
 use crate::registry::ResourceType;
 use crate::rollout;
@@ -126,6 +124,11 @@ fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<()
     if ctx.rt.group == "apiextensions.k8s.io" && ctx.rt.plural == "customresourcedefinitions" {
         check_crd(ctx, obj, &name, errors)?;
         return Ok(());
+    }
+    if let Some(policy_errors) =
+        crate::admission::prepare_policy_object(&ctx.rt.group, &ctx.rt.plural, obj)
+    {
+        errors.extend(policy_errors);
     }
     if let Some(schema) = ctx.rt.schema.clone() {
         errors.extend(schema.validate(obj, old));
@@ -290,12 +293,7 @@ pub(super) fn rejected(ctx: &Ctx, rejection: Rejection) -> ApiError {
     ApiError::from(rejection).with_earlier_warnings(&ctx.warnings)
 }
 
-pub(super) fn webhook_configurations(
-    ctx: &Ctx,
-) -> (
-    Vec<MutatingWebhookConfiguration>,
-    Vec<ValidatingWebhookConfiguration>,
-) {
+pub(super) fn webhook_configurations(ctx: &Ctx) -> (Vec<MutatingWebhookConfiguration>, Validating) {
     let state = ctx.inner.store.lock();
     let read = |plural: &str| -> Vec<Value> {
         state
@@ -310,15 +308,21 @@ pub(super) fn webhook_configurations(
             .cloned()
             .collect()
     };
-    let mutating = read("mutatingwebhookconfigurations")
-        .into_iter()
-        .filter_map(|v| serde_json::from_value(v).ok())
-        .collect();
-    let validating = read("validatingwebhookconfigurations")
-        .into_iter()
-        .filter_map(|v| serde_json::from_value(v).ok())
-        .collect();
+    let mutating = decode(read("mutatingwebhookconfigurations"));
+    let validating = Validating {
+        webhooks: decode(read("validatingwebhookconfigurations")),
+        policies: decode(read("validatingadmissionpolicies")),
+        bindings: decode(read("validatingadmissionpolicybindings")),
+    };
     (mutating, validating)
+}
+
+/// The stored objects that decode as `T` (one that does not is left out, as an informer would).
+fn decode<T: serde::de::DeserializeOwned>(values: Vec<Value>) -> Vec<T> {
+    values
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect()
 }
 
 pub(super) fn admission_attributes(
@@ -355,6 +359,7 @@ pub(super) fn admission_attributes(
             .and_then(|n| n.pointer("/metadata/labels"))
             .and_then(|l| serde_json::from_value(l.clone()).ok())
             .unwrap_or_default();
+        attributes.namespace_object = ns.cloned();
     }
     attributes.object = object;
     attributes.old_object = old_object;

@@ -23,4 +23,5 @@ mod retention;
 mod reviews;
 mod strict;
 mod support;
+mod validating_policies;
 mod webhooks;

@@ -1,0 +1,501 @@
+//! The API server's checks of ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding
+//! objects when they are written, with its defaults (`pkg/apis/admissionregistration/v1/defaults.go`)
+//! and its messages (`pkg/apis/admissionregistration/validation/validation.go`,
+//! `ValidateValidatingAdmissionPolicy`, `ValidateValidatingAdmissionPolicyBinding`), plus the
+//! sandbox's own refusal of params, which it does not model.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, Validation,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Value, json};
+
+use super::expressions::parse;
+use crate::schema::FieldError;
+
+mod fields;
+use fields::{Path, duplicate, forbidden, go_strings, invalid, not_supported, quote, required};
+
+const GROUP: &str = "admissionregistration.k8s.io";
+
+/// What the sandbox answers for params, which it does not model.
+pub const PARAMS_NOT_MODELLED: &str =
+    "params are not modelled by the sandbox yet: remove paramKind and paramRef";
+
+/// Defaults then validates a written policy or binding; `None` for any other resource.
+pub(crate) fn prepare(group: &str, plural: &str, object: &mut Value) -> Option<Vec<FieldError>> {
+    if group != GROUP {
+        return None;
+    }
+    match plural {
+        "validatingadmissionpolicies" => {
+            default_policy(object);
+            Some(match serde_json::from_value(object.clone()) {
+                Ok(policy) => validate_policy(&policy),
+                Err(e) => vec![undecodable(e)],
+            })
+        }
+        "validatingadmissionpolicybindings" => {
+            default_binding(object);
+            Some(match serde_json::from_value(object.clone()) {
+                Ok(binding) => validate_binding(&binding),
+                Err(e) => vec![undecodable(e)],
+            })
+        }
+        _ => None,
+    }
+}
+
+fn undecodable(error: serde_json::Error) -> FieldError {
+    FieldError::new("", "FieldValueInvalid", format!("Invalid value: {error}"))
+}
+
+/// `SetDefaults_ValidatingAdmissionPolicySpec`, `SetDefaults_MatchResources`, `SetDefaults_Rule`.
+fn default_policy(object: &mut Value) {
+    let Some(spec) = object
+        .as_object_mut()
+        .map(|o| o.entry("spec").or_insert_with(|| json!({})))
+    else {
+        return;
+    };
+    let Some(spec) = spec.as_object_mut() else {
+        return;
+    };
+    spec.entry("failurePolicy").or_insert_with(|| json!("Fail"));
+    if let Some(constraints) = spec.get_mut("matchConstraints") {
+        default_match_resources(constraints);
+    }
+}
+
+fn default_binding(object: &mut Value) {
+    if let Some(resources) = object.pointer_mut("/spec/matchResources") {
+        default_match_resources(resources);
+    }
+}
+
+fn default_match_resources(resources: &mut Value) {
+    let Some(map) = resources.as_object_mut() else {
+        return;
+    };
+    map.entry("matchPolicy")
+        .or_insert_with(|| json!("Equivalent"));
+    map.entry("namespaceSelector").or_insert_with(|| json!({}));
+    map.entry("objectSelector").or_insert_with(|| json!({}));
+    for rules in ["resourceRules", "excludeResourceRules"] {
+        for rule in map
+            .get_mut(rules)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(rule) = rule.as_object_mut() {
+                rule.entry("scope").or_insert_with(|| json!("*"));
+            }
+        }
+    }
+}
+
+/// `validateValidatingAdmissionPolicySpec` (object metadata is checked by the write path).
+pub(crate) fn validate_policy(policy: &ValidatingAdmissionPolicy) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let spec = policy.spec.clone().unwrap_or_default();
+    let path = Path::new("spec");
+    match spec.failure_policy.as_deref() {
+        None => errors.push(required(&path.child("failurePolicy"), "")),
+        Some(p) if !["Fail", "Ignore"].contains(&p) => errors.push(not_supported(
+            &path.child("failurePolicy"),
+            p,
+            &["Fail", "Ignore"],
+        )),
+        Some(_) => {}
+    }
+    match spec.match_constraints.as_ref() {
+        None => errors.push(required(&path.child("matchConstraints"), "")),
+        Some(constraints) => {
+            let at = path.child("matchConstraints");
+            errors.extend(match_resources(constraints, &at));
+            if constraints
+                .resource_rules
+                .as_ref()
+                .is_none_or(Vec::is_empty)
+            {
+                errors.push(required(&at.child("resourceRules"), ""));
+            }
+        }
+    }
+    errors.extend(match_conditions(&spec, &path.child("matchConditions")));
+    for (i, variable) in spec.variables.iter().flatten().enumerate() {
+        let at = path.child("variables").index(i);
+        if variable.name.trim().is_empty() {
+            errors.push(required(&at.child("name"), "name is not specified"));
+        } else if !is_cel_identifier(&variable.name) {
+            errors.push(invalid(
+                &at.child("name"),
+                &quote(&variable.name),
+                "name is not a valid CEL identifier",
+            ));
+        }
+        if variable.expression.trim().is_empty() {
+            errors.push(required(
+                &at.child("expression"),
+                "expression is not specified",
+            ));
+        } else {
+            errors.extend(compile(&variable.expression, &at.child("expression")));
+        }
+    }
+    let validations = spec.validations.as_deref().unwrap_or_default();
+    if validations.is_empty() && spec.audit_annotations.as_ref().is_none_or(Vec::is_empty) {
+        let detail = "validations or auditAnnotations must contain at least one item";
+        errors.push(required(&path.child("validations"), detail));
+        errors.push(required(&path.child("auditAnnotations"), detail));
+    }
+    for (i, validation) in validations.iter().enumerate() {
+        errors.extend(validate_validation(
+            validation,
+            &path.child("validations").index(i),
+        ));
+    }
+    if spec.param_kind.is_some() {
+        errors.push(forbidden(&path.child("paramKind"), PARAMS_NOT_MODELLED));
+    }
+    errors
+}
+
+fn match_conditions(
+    spec: &k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicySpec,
+    path: &Path,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let conditions = spec.match_conditions.as_deref().unwrap_or_default();
+    if conditions.len() > 64 {
+        errors.push(FieldError::new(
+            path.to_string(),
+            "FieldValueTooMany",
+            format!("Too many: {}: must have at most 64 items", conditions.len()),
+        ));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (i, condition) in conditions.iter().enumerate() {
+        let at = path.index(i);
+        if condition.expression.trim().is_empty() {
+            errors.push(required(&at.child("expression"), ""));
+        } else {
+            errors.extend(compile(
+                condition.expression.trim(),
+                &at.child("expression"),
+            ));
+        }
+        if condition.name.is_empty() {
+            errors.push(required(&at.child("name"), ""));
+        } else {
+            for message in fields::qualified_name(&condition.name) {
+                errors.push(invalid(
+                    &at.child("name"),
+                    &quote(&condition.name),
+                    &message,
+                ));
+            }
+        }
+        if !condition.name.is_empty() {
+            if names.contains(&condition.name.as_str()) {
+                errors.push(duplicate(&at.child("name"), &quote(&condition.name)));
+            } else {
+                names.push(&condition.name);
+            }
+        }
+    }
+    errors
+}
+
+/// `validateValidation`.
+fn validate_validation(validation: &Validation, path: &Path) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if validation.expression.trim().is_empty() {
+        errors.push(required(
+            &path.child("expression"),
+            "expression is not specified",
+        ));
+    } else {
+        errors.extend(compile(&validation.expression, &path.child("expression")));
+    }
+    if let Some(expression) = validation.message_expression.as_deref() {
+        if !expression.is_empty() && expression.trim().is_empty() {
+            errors.push(invalid(
+                &path.child("messageExpression"),
+                &quote(expression),
+                "must be non-empty if specified",
+            ));
+        } else if !expression.is_empty() {
+            errors.extend(compile(expression, &path.child("messageExpression")));
+        }
+    }
+    if let Some(message) = validation.message.as_deref() {
+        if !message.is_empty() && message.trim().is_empty() {
+            errors.push(invalid(
+                &path.child("message"),
+                &quote(message),
+                "message must be non-empty if specified",
+            ));
+        } else if message.trim().contains(['\n', '\r']) {
+            errors.push(invalid(
+                &path.child("message"),
+                &quote(message),
+                "message must not contain line breaks",
+            ));
+        }
+    }
+    if let Some(reason) = validation.reason.as_deref() {
+        let supported = ["Forbidden", "Invalid", "RequestEntityTooLarge"];
+        if !supported.contains(&reason) {
+            errors.push(not_supported(&path.child("reason"), reason, &supported));
+        }
+    }
+    errors
+}
+
+/// A syntax error as the compiler reports it; the sandbox does not type-check.
+fn compile(expression: &str, path: &Path) -> Option<FieldError> {
+    let error = parse(expression).err()?;
+    Some(invalid(
+        path,
+        &quote(expression),
+        &format!("compilation failed: {error}"),
+    ))
+}
+
+/// `validateMatchResources`.
+fn match_resources(resources: &MatchResources, path: &Path) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    match resources.match_policy.as_deref() {
+        None => errors.push(required(&path.child("matchPolicy"), "")),
+        Some(p) if !["Equivalent", "Exact"].contains(&p) => {
+            errors.push(not_supported(
+                &path.child("matchPolicy"),
+                p,
+                &["Equivalent", "Exact"],
+            ));
+        }
+        Some(_) => {}
+    }
+    for (name, selector) in [
+        ("namespaceSelector", &resources.namespace_selector),
+        ("objectSelector", &resources.object_selector),
+    ] {
+        match selector {
+            None => errors.push(required(&path.child(name), "")),
+            Some(selector) => errors.extend(label_selector(selector, &path.child(name))),
+        }
+    }
+    for (name, rules) in [
+        ("resourceRules", &resources.resource_rules),
+        ("excludeResourceRules", &resources.exclude_resource_rules),
+    ] {
+        for (i, rule) in rules.iter().flatten().enumerate() {
+            errors.extend(named_rule(rule, &path.child(name).index(i)));
+        }
+    }
+    errors
+}
+
+/// `ValidateLabelSelector`'s operator and values checks.
+fn label_selector(selector: &LabelSelector, path: &Path) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
+        let at = path.child("matchExpressions").index(i);
+        let values = requirement.values.as_deref().unwrap_or_default();
+        match requirement.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => errors.push(required(
+                &at.child("values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(forbidden(
+                &at.child("values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => errors.push(invalid(
+                &at.child("operator"),
+                &quote(other),
+                "not a valid selector operator",
+            )),
+        }
+    }
+    errors
+}
+
+/// `validateNamedRuleWithOperations` and `validateRuleWithOperations` (subresources allowed).
+fn named_rule(rule: &NamedRuleWithOperations, path: &Path) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    for (i, name) in rule.resource_names.iter().flatten().enumerate() {
+        let at = path.child("resourceNames").index(i);
+        for bad in [".", ".."] {
+            if name == bad {
+                errors.push(invalid(&at, &quote(name), &format!("may not be '{bad}'")));
+            }
+        }
+        for bad in ["/", "%"] {
+            if name.contains(bad) {
+                errors.push(invalid(
+                    &at,
+                    &quote(name),
+                    &format!("may not contain '{bad}'"),
+                ));
+            }
+        }
+        if names.contains(&name.as_str()) {
+            errors.push(duplicate(&at, &quote(name)));
+        } else {
+            names.push(name);
+        }
+    }
+    let operations = rule.operations.as_deref().unwrap_or_default();
+    if operations.is_empty() {
+        errors.push(required(&path.child("operations"), ""));
+    }
+    if operations.len() > 1 && operations.iter().any(|o| o == "*") {
+        let value = go_strings("admissionregistration.OperationType", operations);
+        errors.push(invalid(
+            &path.child("operations"),
+            &value,
+            "if '*' is present, must not specify other operations",
+        ));
+    }
+    let supported = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+    for (i, operation) in operations.iter().enumerate() {
+        if !supported.contains(&operation.as_str()) {
+            errors.push(not_supported(
+                &path.child("operations").index(i),
+                operation,
+                &supported,
+            ));
+        }
+    }
+    let groups = rule.api_groups.as_deref().unwrap_or_default();
+    if groups.is_empty() {
+        errors.push(required(&path.child("apiGroups"), ""));
+    }
+    if groups.len() > 1 && groups.iter().any(|g| g == "*") {
+        let value = go_strings("string", groups);
+        errors.push(invalid(
+            &path.child("apiGroups"),
+            &value,
+            "if '*' is present, must not specify other API groups",
+        ));
+    }
+    let versions = rule.api_versions.as_deref().unwrap_or_default();
+    if versions.is_empty() {
+        errors.push(required(&path.child("apiVersions"), ""));
+    }
+    if versions.len() > 1 && versions.iter().any(|v| v == "*") {
+        let value = go_strings("string", versions);
+        errors.push(invalid(
+            &path.child("apiVersions"),
+            &value,
+            "if '*' is present, must not specify other API versions",
+        ));
+    }
+    for (i, version) in versions.iter().enumerate() {
+        if version.is_empty() {
+            errors.push(required(&path.child("apiVersions").index(i), ""));
+        }
+    }
+    errors.extend(fields::resources(
+        rule.resources.as_deref().unwrap_or_default(),
+        &path.child("resources"),
+    ));
+    if let Some(scope) = rule.scope.as_deref()
+        && !["*", "Cluster", "Namespaced"].contains(&scope)
+    {
+        errors.push(not_supported(
+            &path.child("scope"),
+            scope,
+            &["*", "Cluster", "Namespaced"],
+        ));
+    }
+    errors
+}
+
+/// `validateValidatingAdmissionPolicyBindingSpec`.
+pub(crate) fn validate_binding(binding: &ValidatingAdmissionPolicyBinding) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let spec = binding.spec.clone().unwrap_or_default();
+    let path = Path::new("spec");
+    match spec.policy_name.as_deref().filter(|n| !n.is_empty()) {
+        None => errors.push(required(&path.child("policyName"), "")),
+        Some(name) => {
+            if let Some(message) = fields::dns_subdomain(name) {
+                errors.push(invalid(&path.child("policyName"), &quote(name), &message));
+            }
+        }
+    }
+    if let Some(resources) = spec.match_resources.as_ref() {
+        // Upstream spells this path `matchResouces`.
+        errors.extend(match_resources(resources, &path.child("matchResouces")));
+    }
+    let actions = spec.validation_actions.as_deref().unwrap_or_default();
+    let at = path.child("validationActions");
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, action) in actions.iter().enumerate() {
+        if !["Audit", "Deny", "Warn"].contains(&action.as_str()) {
+            errors.push(not_supported(
+                &at.index(i),
+                action,
+                &["Audit", "Deny", "Warn"],
+            ));
+        }
+        if seen.contains(&action.as_str()) {
+            errors.push(duplicate(&at.index(i), &quote(action)));
+        }
+        seen.push(action);
+    }
+    if seen.contains(&"Deny") && seen.contains(&"Warn") {
+        errors.push(invalid(
+            &at,
+            &go_strings("admissionregistration.ValidationAction", actions),
+            "must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
+        ));
+    }
+    if seen.is_empty() {
+        errors.push(required(&at, "at least one validation action is required"));
+    }
+    if spec.param_ref.is_some() {
+        errors.push(forbidden(&path.child("paramRef"), PARAMS_NOT_MODELLED));
+    }
+    errors
+}
+
+/// A CEL identifier that is not a reserved word (`isCELIdentifier`).
+fn is_cel_identifier(name: &str) -> bool {
+    const RESERVED: [&str; 21] = [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ];
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        && !RESERVED.contains(&name)
+}
