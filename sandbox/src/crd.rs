@@ -21,7 +21,9 @@ mod types;
 use serde_json::Value;
 
 use crate::schema::FieldError;
-use errors::{invalid, quote, required};
+pub(crate) use errors::quote;
+use errors::{invalid, required};
+pub(crate) use types::escape;
 
 /// Every reason `crd` (a CustomResourceDefinition as JSON) would be refused; empty means valid.
 pub fn validate(crd: &Value) -> Vec<FieldError> {

@@ -51,21 +51,6 @@ pub(super) fn num(x: f64) -> String {
     }
 }
 
-/// The value at a dotted path with `[i]` indices, if present.
-pub(super) fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut cur = root;
-    for segment in path.split('.').filter(|s| !s.is_empty()) {
-        let (name, indices) = segment
-            .split_once('[')
-            .map_or((segment, ""), |(n, rest)| (n, rest));
-        cur = cur.get(name)?;
-        for idx in indices.split('[').filter(|s| !s.is_empty()) {
-            cur = cur.get(idx.trim_end_matches(']').parse::<usize>().ok()?)?;
-        }
-    }
-    Some(cur)
-}
-
 /// The strings of the list `schema[key]` (`required`, `x-kubernetes-list-map-keys`): empty when
 /// absent, non-strings skipped.
 pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
