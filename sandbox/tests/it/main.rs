@@ -2,6 +2,7 @@
 //! webhooks against the sandbox.
 
 mod admission;
+mod cel_rules;
 mod crd_validation;
 mod create;
 mod events;
