@@ -22,9 +22,7 @@ mod types;
 use serde_json::Value;
 
 use crate::schema::FieldError;
-pub(crate) use errors::quote;
-use errors::{invalid, required};
-pub(crate) use types::escape;
+use errors::{invalid, quote, required};
 
 /// Every reason `crd` (a CustomResourceDefinition as JSON) would be refused; empty means valid.
 pub fn validate(crd: &Value) -> Vec<FieldError> {

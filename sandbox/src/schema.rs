@@ -46,8 +46,8 @@ use serde_json::Value;
 
 pub use errors::{FieldError, SchemaError};
 use evaluate::Rules;
-pub(crate) use value::strings;
 use value::{declared_type, is_integer, join, num, render, type_name};
+pub(crate) use value::{escape, strings};
 use walk::{
     apply_defaults, check_list_uniqueness, collect_patterns, drop_ratcheting_rules,
     first_compile_error, path_key, prune_value, rule_view,

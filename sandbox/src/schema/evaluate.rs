@@ -285,7 +285,7 @@ fn message(rule: &CompilationResult, scope: &Context) -> String {
 
 /// `fieldErrorForReason`, the value being the node's type.
 fn failure(path: &str, ty: &str, detail: &str, reason: Option<&str>) -> FieldError {
-    let quoted = crate::crd::quote(ty);
+    let quoted = quote(ty);
     match reason {
         Some("FieldValueForbidden") => {
             FieldError::new(path, "FieldValueForbidden", format!("Forbidden: {detail}"))
@@ -308,6 +308,11 @@ fn failure(path: &str, ty: &str, detail: &str, reason: Option<&str>) -> FieldErr
     }
 }
 
+/// Go's `%q` of a schema type name (plain ASCII, so JSON's quoting is the same).
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
 fn no_such_overload() -> ExecutionError {
     ExecutionError::NoSuchOverload
 }
@@ -323,7 +328,7 @@ fn runtime_error(path: &str, ty: &str, rule: &CompilationResult, e: &ExecutionEr
     } else {
         format!("{text} evaluating rule: {}", rule_error_string(rule))
     };
-    let quoted = crate::crd::quote(ty);
+    let quoted = quote(ty);
     FieldError::new(
         path,
         "FieldValueInvalid",

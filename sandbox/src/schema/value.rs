@@ -62,3 +62,52 @@ pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
         .filter_map(Value::as_str)
         .collect()
 }
+
+/// `apiservercel.Escape`: the CEL name of a property, `None` if it has none.
+pub(crate) fn escape(name: &str) -> Option<String> {
+    const RESERVED: &[&str] = &[
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ];
+    if RESERVED.contains(&name) {
+        return Some(format!("__{name}__"));
+    }
+    let mut out = String::new();
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with("__") {
+            out.push_str("__underscores__");
+            rest = &rest[2..];
+            continue;
+        }
+        match c {
+            '.' => out.push_str("__dot__"),
+            '-' => out.push_str("__dash__"),
+            '/' => out.push_str("__slash__"),
+            c if c.is_ascii_alphanumeric() || c == '_' => out.push(c),
+            _ => return None,
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    let first = out.chars().next()?;
+    (first.is_ascii_alphabetic() || first == '_').then_some(out)
+}

@@ -11,7 +11,7 @@ use cel::Value as Cel;
 use cel::objects::{Key, Map};
 use serde_json::Value;
 
-use crate::crd::escape;
+use crate::schema::value::escape;
 
 /// `value` under the schema node `schema`.
 pub(super) fn to_cel(value: &Value, schema: &Value) -> Cel {
