@@ -12,6 +12,7 @@
 //! the v1-to-internal conversion moves identical per-version fields to the top level
 //! (`pkg/apis/apiextensions/v1/conversion.go`).
 
+mod check;
 pub mod cost;
 mod errors;
 mod rules;

@@ -8,13 +8,17 @@
 //! `x-kubernetes-validations` (evaluated by `kube-cel`, the kube-rs project's CEL engine).
 //! Messages follow the API server's field-error wording so tests can compare them.
 //!
+//! CEL rules (`evaluate.rs`) run only when the OpenAPI checks found none of the errors the API
+//! server lets stop them (`hasBlockingErr` in apiextensions-apiserver
+//! `pkg/registry/customresource/strategy.go`: a wrong type, a missing required field, a value
+//! outside its enum, too long, too many); then the answer ends with the entry that says rules
+//! were skipped. Other OpenAPI errors (pattern, minimum, format, ...) leave the rules to run.
+//!
 //! CEL rules ratchet as the API server's do (`CRDValidationRatcheting`, on by default since
 //! 1.30), at the granularity of the object's top-level fields: on an update, a rule that does
 //! not use `oldSelf` is not evaluated inside a top-level field (`spec`, `status`) whose value is
 //! unchanged, since the API server would drop its failure. So a status write does not evaluate
-//! the spec's rules, which also keeps it cheap: the `cel` crate compiles a `matches()` pattern
-//! per call (where the API server compiles a constant pattern once), so evaluating the spec's
-//! rules on every status write would compile their patterns again each time.
+//! the spec's rules.
 //!
 //! Rules at the root see `metadata` as the API server declares it there: `name` and
 //! `generateName` only.
@@ -29,6 +33,7 @@
 
 mod defaulting;
 mod errors;
+mod evaluate;
 mod value;
 mod walk;
 
@@ -36,17 +41,45 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::core::cel::{CompiledSchema, ErrorKind, Validator, compile_schema};
+use kube::core::cel::{CompiledSchema, compile_schema};
 use regex::Regex;
 use serde_json::Value;
 
 pub use errors::{FieldError, SchemaError};
-pub(crate) use value::strings;
-use value::{declared_type, is_integer, join, lookup, num, render, type_name};
+use evaluate::Rules;
+use value::{declared_type, is_integer, join, num, render, type_name};
+pub(crate) use value::{escape, strings};
 use walk::{
     apply_defaults, check_list_uniqueness, collect_patterns, drop_ratcheting_rules,
     first_compile_error, path_key, prune_value, rule_view,
 };
+
+/// The OpenAPI errors after which the API server does not run CEL rules (`hasBlockingErr`).
+const BLOCKING: [&str; 5] = [
+    "FieldValueNotSupported",
+    "FieldValueRequired",
+    "FieldValueTooLong",
+    "FieldValueTooMany",
+    "FieldValueTypeInvalid",
+];
+
+/// The entry `hasBlockingErr` adds: `field.Invalid(nil, nil, ...)`, whose path prints as
+/// `<nil>` and value as `"null"`.
+const RULES_SKIPPED: &str = "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
+
+/// Whether `schema` or any schema below it has `x-kubernetes-validations` (`hasXValidations`).
+fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.get("x-kubernetes-validations")
+                .and_then(Value::as_array)
+                .is_some_and(|rules| !rules.is_empty())
+                || map.values().any(has_rules)
+        }
+        Value::Array(items) => items.iter().any(has_rules),
+        _ => false,
+    }
+}
 
 /// A CRD version's schema with its patterns and CEL rules compiled once.
 pub struct CrdSchema {
@@ -56,7 +89,9 @@ pub struct CrdSchema {
     /// `cel` without the rules that ratchet, keyed by the unchanged top-level fields (sorted);
     /// compiled the first time an update leaves those fields unchanged.
     ratcheted: Mutex<HashMap<Vec<String>, Arc<CompiledSchema>>>,
-    validator: Validator,
+    rules: Rules,
+    /// Whether any node has rules (the API server has no CEL validator otherwise).
+    has_rules: bool,
     /// The schema reduced to the nodes that lead to a `default` (None: it has none), for
     /// defaulting on read.
     defaults: Option<Value>,
@@ -96,13 +131,16 @@ impl CrdSchema {
         if let Some((path, message)) = first_compile_error(&cel, "") {
             return Err(SchemaError::CompileRule { path, message });
         }
+        let rules = Rules::new(&cel);
+        let has_rules = has_rules(&schema);
         Ok(Self {
             defaults: defaulting::defaults_skeleton(&schema),
             schema,
             patterns,
             cel,
             ratcheted: Mutex::default(),
-            validator: Validator::new(),
+            rules,
+            has_rules,
         })
     }
 
@@ -118,36 +156,26 @@ impl CrdSchema {
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = Vec::new();
         self.check(&self.schema, object, "", &mut errors);
-        // CEL rules only run on objects that pass the structural checks (the API server skips
-        // them too, since a rule over a wrongly-typed value cannot be evaluated meaningfully).
-        if !errors.is_empty() {
+        if !self.has_rules {
+            return errors;
+        }
+        if errors.iter().any(|e| BLOCKING.contains(&e.reason.as_str())) {
+            errors.push(FieldError::new("<nil>", "FieldValueInvalid", RULES_SKIPPED));
             return errors;
         }
         let ratcheted = self.ratcheted_rules(object, old);
         let cel = ratcheted.as_deref().unwrap_or(&self.cel);
         let (seen, old_seen) = (rule_view(object), old.map(rule_view));
-        if let Err(cel_errors) = self
-            .validator
-            .validate_compiled(cel, &seen, old_seen.as_ref())
-        {
-            for e in cel_errors.into_vec() {
-                let field = e.field_path.trim_start_matches('.').to_owned();
-                let value = type_name(lookup(object, &field).unwrap_or(object));
-                let reason = match e.kind {
-                    ErrorKind::ValidationFailure => e
-                        .reason
-                        .clone()
-                        .unwrap_or_else(|| "FieldValueInvalid".into()),
-                    _ => "InternalError".into(),
-                };
-                errors.push(FieldError {
-                    field,
-                    reason,
-                    message: format!("Invalid value: \"{value}\": {}", e.message),
-                });
-            }
-        }
+        errors.extend(
+            self.rules
+                .evaluate(cel, &self.schema, &seen, old_seen.as_ref()),
+        );
         errors
+    }
+
+    /// How many regular expressions the rules' `matches()` calls have compiled.
+    pub fn pattern_compilations(&self) -> usize {
+        self.rules.pattern_compilations()
     }
 
     /// The rules to evaluate on an update that leaves some top-level fields of the object as
@@ -537,11 +565,52 @@ mod tests {
         assert_eq!(
             got,
             [
-                "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""
+                "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\"",
+                SKIPPED,
             ]
         );
         let got = fields(&schema().validate(&json!({"spec": {"size": 1.5}}), None));
-        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got.len(), 2, "{got:?}");
+    }
+
+    const SKIPPED: &str = "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
+
+    #[test]
+    fn errors_that_block_rules_skip_them_and_say_so() {
+        // A missing required field blocks; the bad name's rule is not evaluated.
+        let got = fields(&schema().validate(&json!({"spec": {"name": "bad"}}), None));
+        assert_eq!(got, ["spec.size: Required value", SKIPPED]);
+    }
+
+    #[test]
+    fn other_openapi_errors_leave_rules_to_run() {
+        // Above the maximum and not matching the pattern: Invalid errors, which do not block.
+        let got = fields(&schema().validate(&json!({"spec": {"size": 11, "name": "bad1"}}), None));
+        assert_eq!(
+            got,
+            [
+                "spec.name: Invalid value: \"bad1\": spec.name in body should match '^[a-z]+$'",
+                "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10",
+            ]
+        );
+        let got = fields(&schema().validate(&json!({"spec": {"size": 11, "name": "bad"}}), None));
+        assert_eq!(
+            got,
+            [
+                "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10",
+                "spec.name: Invalid value: \"string\": name must not be bad",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_schema_without_rules_adds_no_skipped_entry() {
+        let schema = CrdSchema::from_value(json!({"type": "object", "properties": {
+            "spec": {"type": "object", "required": ["size"], "properties": {"size": {"type": "integer"}}}
+        }}))
+        .expect("compiles");
+        let got = fields(&schema.validate(&json!({"spec": {}}), None));
+        assert_eq!(got, ["spec.size: Required value"]);
     }
 
     #[test]

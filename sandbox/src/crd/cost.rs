@@ -32,6 +32,8 @@ pub struct CheckError {
     pub message: String,
     /// The selected field, for locating the error in the source.
     pub field: Option<String>,
+    /// Else the text the error points into, and how far into it.
+    pub at: Option<(String, usize)>,
 }
 
 /// The result of estimating one expression.
@@ -162,6 +164,7 @@ impl Coster {
         Err(CheckError {
             message: format!("undeclared reference to '{name}' (in container '')"),
             field: None,
+            at: None,
         })
     }
 
@@ -277,6 +280,14 @@ impl Coster {
             }
             None => (Cost::fixed(0), None),
         };
+        let arg_types: Vec<Ty> = arg_infos.iter().map(|a| a.ty.clone()).collect();
+        super::check::call(name, target_info.as_ref().map(|t| &t.ty), &arg_types).map_err(|e| {
+            CheckError {
+                message: e.message,
+                field: None,
+                at: Some(e.at),
+            }
+        })?;
         let args_sum = arg_costs.iter().fold(Cost::fixed(0), |a, c| a.add(*c));
         let (fn_cost, mut info) =
             function_cost(name, target_info.as_ref(), &arg_infos, &arg_costs, args_sum);
@@ -310,6 +321,7 @@ fn select(operand: &Info, field: &str) -> Result<Info, CheckError> {
             None => Err(CheckError {
                 message: format!("undefined field '{field}'"),
                 field: Some(field.to_owned()),
+                at: None,
             }),
         },
         Ty::Map(Some(value)) if operand.decl.is_some() => Ok(Info::from_decl(value)),

@@ -375,13 +375,15 @@ pub fn compile(source: &str, decl: &Rc<Decl>) -> Result<cost::Estimate, String> 
         .map_err(|e| issue(source, &e))
 }
 
-/// A checker error worded as cel-go prints it, located at the select's `.` when one is known.
+/// A checker error worded as cel-go prints it, located at the select's `.` or the call's
+/// position when one is known (the first place its text appears).
 fn issue(source: &str, e: &CheckError) -> String {
-    let offset = e
-        .field
-        .as_ref()
-        .and_then(|f| source.find(&format!(".{f}")))
-        .unwrap_or(0);
+    let offset = match (&e.field, &e.at) {
+        (Some(f), _) => source.find(&format!(".{f}")),
+        (None, Some((text, into))) => source.find(text.as_str()).map(|at| at + into),
+        (None, None) => None,
+    }
+    .unwrap_or(0);
     let before = &source[..offset];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;

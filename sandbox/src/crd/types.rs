@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+pub(crate) use crate::schema::escape;
 use crate::schema::strings;
 
 /// kube-apiserver's maximum request size (`k8s.io/apiserver/pkg/apis/cel/config.go`).
@@ -181,53 +182,4 @@ fn string(s: &Value) -> Decl {
         min_size,
         sized: true,
     }
-}
-
-/// `apiservercel.Escape`: the CEL name of a property, `None` if it has none.
-pub fn escape(name: &str) -> Option<String> {
-    const RESERVED: &[&str] = &[
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ];
-    if RESERVED.contains(&name) {
-        return Some(format!("__{name}__"));
-    }
-    let mut out = String::new();
-    let mut rest = name;
-    while let Some(c) = rest.chars().next() {
-        if rest.starts_with("__") {
-            out.push_str("__underscores__");
-            rest = &rest[2..];
-            continue;
-        }
-        match c {
-            '.' => out.push_str("__dot__"),
-            '-' => out.push_str("__dash__"),
-            '/' => out.push_str("__slash__"),
-            c if c.is_ascii_alphanumeric() || c == '_' => out.push(c),
-            _ => return None,
-        }
-        rest = &rest[c.len_utf8()..];
-    }
-    let first = out.chars().next()?;
-    (first.is_ascii_alphabetic() || first == '_').then_some(out)
 }

@@ -51,21 +51,6 @@ pub(super) fn num(x: f64) -> String {
     }
 }
 
-/// The value at a dotted path with `[i]` indices, if present.
-pub(super) fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut cur = root;
-    for segment in path.split('.').filter(|s| !s.is_empty()) {
-        let (name, indices) = segment
-            .split_once('[')
-            .map_or((segment, ""), |(n, rest)| (n, rest));
-        cur = cur.get(name)?;
-        for idx in indices.split('[').filter(|s| !s.is_empty()) {
-            cur = cur.get(idx.trim_end_matches(']').parse::<usize>().ok()?)?;
-        }
-    }
-    Some(cur)
-}
-
 /// The strings of the list `schema[key]` (`required`, `x-kubernetes-list-map-keys`): empty when
 /// absent, non-strings skipped.
 pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
@@ -76,4 +61,53 @@ pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
         .flatten()
         .filter_map(Value::as_str)
         .collect()
+}
+
+/// `apiservercel.Escape`: the CEL name of a property, `None` if it has none.
+pub(crate) fn escape(name: &str) -> Option<String> {
+    const RESERVED: &[&str] = &[
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ];
+    if RESERVED.contains(&name) {
+        return Some(format!("__{name}__"));
+    }
+    let mut out = String::new();
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with("__") {
+            out.push_str("__underscores__");
+            rest = &rest[2..];
+            continue;
+        }
+        match c {
+            '.' => out.push_str("__dot__"),
+            '-' => out.push_str("__dash__"),
+            '/' => out.push_str("__slash__"),
+            c if c.is_ascii_alphanumeric() || c == '_' => out.push(c),
+            _ => return None,
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    let first = out.chars().next()?;
+    (first.is_ascii_alphabetic() || first == '_').then_some(out)
 }

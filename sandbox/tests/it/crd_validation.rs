@@ -126,6 +126,43 @@ async fn a_cel_rule_that_does_not_compile_to_a_bool_is_refused() {
 }
 
 #[tokio::test]
+async fn a_cel_rule_with_a_type_error_is_refused_with_the_checkers_words() {
+    // (case, rule, cel-go's error after `compilation failed: `)
+    let cases = [
+        (
+            "an operator over a string and an int",
+            "self.name + 1 == 'a1'",
+            "ERROR: <input>:1:11: found no matching overload for '_+_' applied to '(string, int)'\n | self.name + 1 == 'a1'\n | ..........^",
+        ),
+        (
+            "a function no library declares",
+            "fakeFunction('abc') == 'ABC'",
+            "ERROR: <input>:1:1: undeclared reference to 'fakeFunction' (in container '')\n | fakeFunction('abc') == 'ABC'\n | ^",
+        ),
+        (
+            "a known function with too few arguments",
+            "self.name.startsWith()",
+            "ERROR: <input>:1:21: found no matching overload for 'startsWith' applied to 'string.()'\n | self.name.startsWith()\n | ....................^",
+        ),
+    ];
+    for (case, rule, error) in cases {
+        let spec = json!({"type": "object", "properties": {"name": {"type": "string"}},
+                          "x-kubernetes-validations": [{ "rule": rule }]});
+        let causes = refused(&gadget_crd(spec)).await;
+        let (field, message) = only_cause(&causes);
+        assert_eq!(
+            field,
+            format!("{SPEC}.x-kubernetes-validations[0].rule"),
+            "{case}"
+        );
+        assert!(
+            message.ends_with(&format!(": compilation failed: {error}")),
+            "{case}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_cel_rule_estimated_over_the_per_rule_budget_is_refused() {
     // Unbounded strings in an unbounded list, compared pairwise.
     let spec = json!({"type": "object",
