@@ -10,30 +10,6 @@ pub(super) fn join(path: &str, key: &str) -> String {
     }
 }
 
-pub(super) fn is_integer(v: &Value) -> bool {
-    v.is_i64() || v.is_u64()
-}
-
-pub(super) fn declared_type(schema: &Value) -> &str {
-    schema
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("object")
-}
-
-/// The JSON type name the API server prints in type errors.
-pub(super) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "number",
-        Value::Number(_) => "integer",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// Values as the API server prints them in messages: strings quoted, numbers bare.
 pub(super) fn render(v: &Value) -> String {
     match v {

@@ -1,7 +1,7 @@
 //! Walks over a schema and a value: the object as CEL rules see it, the rules ratcheting
 //! drops, pattern and CEL compilation, list uniqueness, pruning and defaulting.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use kube::core::cel::CompiledSchema;
 use regex::Regex;
@@ -55,19 +55,22 @@ pub(super) fn drop_ratcheting_rules(node: &mut CompiledSchema) {
     }
 }
 
-/// Patterns are compiled once, keyed by the schema path with list indices removed.
+/// Every `pattern` in the schema, junctor branches included, compiled once and keyed by its
+/// text.
 pub(super) fn collect_patterns(
     schema: &Value,
     path: &str,
-    out: &mut Vec<(String, Regex)>,
+    out: &mut HashMap<String, Regex>,
 ) -> Result<(), SchemaError> {
-    if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
+    if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+        && !out.contains_key(p)
+    {
         let re = Regex::new(p).map_err(|source| SchemaError::CompilePattern {
             path: path.to_owned(),
             pattern: p.to_owned(),
             source,
         })?;
-        out.push((path.to_owned(), re));
+        out.insert(p.to_owned(), re);
     }
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (k, v) in props {
@@ -79,6 +82,19 @@ pub(super) fn collect_patterns(
     }
     if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
         collect_patterns(add, &format!("{path}.*"), out)?;
+    }
+    for junctor in ["allOf", "anyOf", "oneOf"] {
+        for branch in schema
+            .get(junctor)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            collect_patterns(branch, path, out)?;
+        }
+    }
+    if let Some(not) = schema.get("not") {
+        collect_patterns(not, path, out)?;
     }
     Ok(())
 }
@@ -111,23 +127,35 @@ pub(super) fn first_compile_error(schema: &CompiledSchema, path: &str) -> Option
     None
 }
 
-/// `spec.env[3].name` -> `spec.env.name`: the key patterns are stored under. Map keys under
-/// `additionalProperties` are not resolvable from a value path, so those fall back to `.*`.
-pub(super) fn path_key(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    let mut in_index = false;
-    for c in path.chars() {
-        match c {
-            '[' => in_index = true,
-            ']' => in_index = false,
-            _ if !in_index => out.push(c),
-            _ => {}
+/// The `x-kubernetes-list-type` `map` and `set` uniqueness errors of `value`, the API server's
+/// pass after the OpenAPI checks (`structurallisttype.ValidateListSetsAndMaps`).
+pub(super) fn list_errors(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    match value {
+        Value::Array(items) => {
+            check_list_uniqueness(schema, items, path, errors);
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    list_errors(item_schema, item, &format!("{path}[{i}]"), errors);
+                }
+            }
         }
+        Value::Object(map) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, child) in map {
+                if path.is_empty() && key == "metadata" {
+                    continue;
+                }
+                if let Some(child_schema) = properties.and_then(|p| p.get(key)).or(additional) {
+                    list_errors(child_schema, child, &join(path, key), errors);
+                }
+            }
+        }
+        _ => {}
     }
-    out
 }
 
-pub(super) fn check_list_uniqueness(
+fn check_list_uniqueness(
     schema: &Value,
     items: &[Value],
     path: &str,

@@ -131,7 +131,11 @@ fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<()
         errors.extend(policy_errors);
     }
     if let Some(schema) = ctx.rt.schema.clone() {
-        errors.extend(schema.validate(obj, old));
+        errors.extend(if ctx.path.sub.as_deref() == Some("status") {
+            schema.validate_status(obj, old)
+        } else {
+            schema.validate(obj, old)
+        });
     }
     if !errors.is_empty() {
         return Err(ApiError::invalid(&ctx.rt, &name, errors));
