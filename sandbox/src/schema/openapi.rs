@@ -64,7 +64,8 @@ impl Problem {
             prefix,
             name.is_empty() || matches!(self.kind, Kind::Composite),
         ) {
-            (prefix, true) => prefix.unwrap_or_default().to_owned(),
+            // A nil `*field.Path` prints as `<nil>`, in the message and the cause alike.
+            (prefix, true) => prefix.unwrap_or("<nil>").to_owned(),
             (None, false) => name.to_owned(),
             (Some(prefix), false) => format!("{prefix}.{name}"),
         };

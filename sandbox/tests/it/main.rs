@@ -9,6 +9,7 @@ mod create;
 mod events;
 mod explain;
 mod faults;
+mod formats;
 mod gateway;
 mod identity;
 mod kube_client;
