@@ -116,7 +116,10 @@ async fn a_status_write_is_validated_against_the_status_schema_with_relative_nam
     api.patch_status("gw", &params, &status("10.0.0.1"))
         .await
         .unwrap();
-    let message = invalid_message(api.patch_status("gw", &params, &status("10.0.0.1:80")).await);
+    let message = invalid_message(
+        api.patch_status("gw", &params, &status("10.0.0.1:80"))
+            .await,
+    );
     // `ValidateStatusUpdate` validates `status` alone: the junctors' errors are at `status`,
     // and the names inside the messages are relative to it.
     let expected = [

@@ -45,14 +45,20 @@ fn default_value(s: &Value, default: &Value, path: &str, errors: &mut Vec<FieldE
         return;
     }
     for e in schema.validate(default, None) {
-        let field = if e.field.is_empty() {
+        // `<nil>` is the validated value itself (a nil field path), named `` in the message.
+        let own = if e.field == "<nil>" {
+            ""
+        } else {
+            e.field.as_str()
+        };
+        let field = if own.is_empty() {
             path.to_owned()
         } else {
-            format!("{path}.{}", e.field)
+            format!("{path}.{own}")
         };
         // The value's own path in the message reads from the schema, as the real validator's does.
         let message = e.message.replacen(
-            &format!(": {} in body", e.field),
+            &format!(": {own} in body"),
             &format!(": {field} in body"),
             1,
         );
