@@ -145,7 +145,7 @@ fn is_isbn10(value: &str) -> bool {
         } else {
             u32::from(s[9] - b'0')
         };
-    sum % 11 == 0
+    sum.is_multiple_of(11)
 }
 
 fn is_isbn13(value: &str) -> bool {
@@ -179,7 +179,7 @@ fn is_credit_card(value: &str) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// Go's `time.Parse("2006-01-02", s)`: four-digit year, two-digit month and day, the day

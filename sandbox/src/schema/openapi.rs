@@ -389,7 +389,7 @@ fn check_type(
     let int_float = json_type == "integer" && has("number");
     let textual = data.is_string() || data.is_array();
     if let Some(format) = format {
-        if !textual && !(has(json_type) || go_format == format || float_int || int_float) {
+        if !(textual || has(json_type) || go_format == format || float_int || int_float) {
             return invalid(format.to_owned(), go_format);
         }
         // kube-openapi leaves a string or an array for a formatted non-numeric type to the

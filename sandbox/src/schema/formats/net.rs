@@ -265,7 +265,7 @@ fn quoted(s: &str) -> Option<(&str, bool)> {
             '\\' => {
                 chars.next()?;
             }
-            c if c != ' ' && c != '\t' && !(('!'..='~').contains(&c) || !c.is_ascii()) => {
+            c if c != ' ' && c != '\t' && !('!'..='~').contains(&c) && c.is_ascii() => {
                 return None;
             }
             _ => {}
