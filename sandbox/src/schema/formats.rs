@@ -182,8 +182,8 @@ fn is_credit_card(value: &str) -> bool {
     sum.is_multiple_of(10)
 }
 
-/// Go's `time.Parse("2006-01-02", s)`: four-digit year, two-digit month and day, the day
-/// within its month.
+/// Go's `time.Parse` with strfmt's `RFC3339FullDate` layout: four-digit year, two-digit month
+/// and day, the day within its month.
 fn is_date(value: &str) -> bool {
     let b = value.as_bytes();
     if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
