@@ -41,6 +41,7 @@ mod evaluate;
 mod formats;
 mod junctors;
 mod openapi;
+mod result;
 mod value;
 mod walk;
 

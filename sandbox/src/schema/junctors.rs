@@ -10,10 +10,16 @@
 
 use serde_json::Value;
 
-use super::openapi::{Outcome, Problem, Validator, quote};
+use super::result::{Outcome, Problem, quote};
 
-/// The junctors' errors for `data` at `name`, counted as kube-openapi counts them.
-pub(super) fn check(validator: &Validator, schema: &Value, data: &Value, name: &str) -> Outcome {
+/// The junctors' errors for `data` at `name`, counted as kube-openapi counts them;
+/// `validate` checks `data` against one alternative at the same path.
+pub(super) fn check(
+    validate: &dyn Fn(&Value, &Value) -> Outcome,
+    schema: &Value,
+    data: &Value,
+    name: &str,
+) -> Outcome {
     let mut out = Outcome::default();
     let branches = |key: &str| {
         schema
@@ -25,7 +31,7 @@ pub(super) fn check(validator: &Validator, schema: &Value, data: &Value, name: &
         let mut best: Option<Outcome> = None;
         let mut success = None;
         for branch in any_of {
-            let result = validator.validate(branch, data, name);
+            let result = validate(branch, data);
             if result.is_valid() {
                 success = Some(result);
                 best = None;
@@ -50,7 +56,7 @@ pub(super) fn check(validator: &Validator, schema: &Value, data: &Value, name: &
         let mut first_success = None;
         let mut valid = 0;
         for branch in one_of {
-            let result = validator.validate(branch, data, name);
+            let result = validate(branch, data);
             if result.is_valid() {
                 valid += 1;
                 best = None;
@@ -81,7 +87,7 @@ pub(super) fn check(validator: &Validator, schema: &Value, data: &Value, name: &
     if let Some(all_of) = branches("allOf") {
         let mut valid = 0;
         for branch in all_of {
-            let result = validator.validate(branch, data, name);
+            let result = validate(branch, data);
             valid += usize::from(result.is_valid());
             out.merge(result);
         }
@@ -94,7 +100,7 @@ pub(super) fn check(validator: &Validator, schema: &Value, data: &Value, name: &
         }
     }
     if let Some(not) = schema.get("not").filter(|n| n.is_object())
-        && validator.validate(not, data, name).is_valid()
+        && validate(not, data).is_valid()
     {
         out.add(Problem::composite(format!(
             "{} must not validate the schema (not)",
