@@ -1,4 +1,4 @@
-//! Timed loop: the schema and CEL validation of one MyApp (the workspace's `deploy/crd.yaml`,
+//! Timed loop: the schema and CEL validation of one MyApp (the workspace's `deploy/base/crd.yaml`,
 //! whose image and name rules call `matches()` with long constant patterns), as the sandbox
 //! runs it on every write, beside kube-cel's `Validator` over the same compiled rules (which
 //! compiles each pattern on every call).
@@ -16,8 +16,8 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000);
-    let crd: Value = serde_saphyr::from_str(include_str!("../../deploy/crd.yaml"))
-        .expect("deploy/crd.yaml parses");
+    let crd: Value = serde_saphyr::from_str(include_str!("../../deploy/base/crd.yaml"))
+        .expect("deploy/base/crd.yaml parses");
     let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
     let object = json!({
         "apiVersion": "example.com/v1", "kind": "MyApp",

@@ -1,5 +1,5 @@
 //! Gateway API's gateways CRD, vendored: what kube-apiserver does with it on read (defaults,
-//! printer columns) and on write (`format` inside `oneOf`/`anyOf`).
+//! printer columns). Its writes (`format` inside `oneOf`/`anyOf`) are in `formats.rs`.
 
 use crate::support::fixtures::client;
 use crate::support::kubectl::served_kubectl;
