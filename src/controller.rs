@@ -4,11 +4,13 @@
 //! gate (`write`), the retry policy (`retry`), the Events (`events`), and what the controller
 //! says while the CRD is missing (`crd_missing`).
 
+mod child;
 mod context;
 mod crd_missing;
 mod events;
 mod execute;
 mod retry;
+mod verified;
 mod watches;
 mod write;
 
@@ -93,6 +95,7 @@ pub async fn run(
     let reported = Arc::new(RecentWrites::new(RECENT_WRITES_TTL));
     let (apps, apps_writer) = reflector::store::<crate::crd::MyApp>();
     let failures = Arc::new(Failures::default());
+    let verified = Arc::new(verified::Verified::default());
     let crd = crd_missing::CrdPresence::new(metrics.clone());
     let app_events = watcher(Api::<WatchedMyApp>::all(client.clone()), watch_config)
         .map_ok(cache::watched_myapp)
@@ -106,6 +109,7 @@ pub async fn run(
         .inspect_ok(on_list_done(&listed, &apps_listed))
         .inspect_ok(forget_seen_status(&reported))
         .inspect_ok(failures.forget_deleted(apps.clone()))
+        .inspect_ok(verified.forget_deleted(apps.clone()))
         .try_filter(|event| future::ready(needs_reconcile(event)))
         .applied_objects()
         .inspect_ok(queue_self(&queue));
@@ -159,6 +163,7 @@ pub async fn run(
         metrics,
         config: config.clone(),
         failures,
+        verified,
         applied,
         reported,
         awaiting_rollout: Waiting::new(PENDING_GRACE),

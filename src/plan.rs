@@ -60,6 +60,11 @@ pub struct Observed<'a> {
     pub deployment_deleted: Option<Duration>,
     /// How long ago the Service was deleted, while under [`RECREATE_HOLD`].
     pub service_deleted: Option<Duration>,
+    /// Whether the cached Deployment was already found to hold what the MyApp, at its
+    /// version, asks of it: then it is not built and compared again.
+    pub deployment_holds: bool,
+    /// The same of the cached Service.
+    pub service_holds: bool,
 }
 
 /// What to do, in this order: hand over replicas, apply the Deployment (after reading its
@@ -85,6 +90,11 @@ pub struct Plan {
     pub rollout_observed: bool,
     /// Look again this soon (instead of the resync period).
     pub recheck: Option<Duration>,
+    /// The cached Deployment was built and compared, and holds what the MyApp asks: worth
+    /// remembering, so that the next plan at the same versions skips that.
+    pub deployment_found_holding: bool,
+    /// The same of the cached Service.
+    pub service_found_holding: bool,
 }
 
 /// A child to apply.
@@ -191,34 +201,44 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         return plan;
     }
 
-    let desired = resources::desired_deployment(app);
-    let deployment = child_state(
-        &desired,
-        observed.deployment,
-        observed.unseen_deployment.as_deref(),
-    );
-    if deployment == ChildState::Stale {
-        // A fight holds off rewrites of an existing Deployment, never its creation.
-        let held = observed.deployment.and(observed.fight_hold_off);
-        let held = held.or_else(|| gone_again(observed.deployment, observed.deployment_deleted));
-        hold(&mut plan, held);
-        if held.is_none() {
-            plan.hand_off = hand_off(app, observed.deployment);
-            plan.deployment = Some(deployment_apply(desired, observed));
+    let deployment = if observed.deployment_holds {
+        ChildState::Current
+    } else {
+        let desired = resources::desired_deployment(app);
+        let state = child_state(
+            &desired,
+            observed.deployment,
+            observed.unseen_deployment.as_deref(),
+        );
+        if state == ChildState::Stale {
+            // A fight holds off rewrites of an existing Deployment, never its creation.
+            let held = observed.deployment.and(observed.fight_hold_off);
+            let held =
+                held.or_else(|| gone_again(observed.deployment, observed.deployment_deleted));
+            hold(&mut plan, held);
+            if held.is_none() {
+                plan.hand_off = hand_off(app, observed.deployment);
+                plan.deployment = Some(deployment_apply(desired, observed));
+            }
         }
-    }
-    let desired = resources::desired_service(app);
-    if child_state(
-        &desired,
-        observed.service,
-        observed.unseen_service.as_deref(),
-    ) == ChildState::Stale
-    {
-        let held = gone_again(observed.service, observed.service_deleted);
-        hold(&mut plan, held);
-        if held.is_none() {
-            plan.service = Some(ChildApply::new(desired));
+        plan.deployment_found_holding = state == ChildState::Current;
+        state
+    };
+    if !observed.service_holds {
+        let desired = resources::desired_service(app);
+        let state = child_state(
+            &desired,
+            observed.service,
+            observed.unseen_service.as_deref(),
+        );
+        if state == ChildState::Stale {
+            let held = gone_again(observed.service, observed.service_deleted);
+            hold(&mut plan, held);
+            if held.is_none() {
+                plan.service = Some(ChildApply::new(desired));
+            }
         }
+        plan.service_found_holding = state == ChildState::Current;
     }
 
     if deployment != ChildState::Current {
@@ -720,6 +740,38 @@ mod tests {
             let plan = plan(app, &observed, NOW);
             assert_eq!(summary(&plan), expected, "{case}");
         }
+    }
+
+    #[test]
+    fn a_child_found_holding_at_these_versions_is_neither_built_nor_compared_again() {
+        let app = MyApp::test("web")
+            .stored()
+            .status(running(&MyApp::test("web").stored()));
+        let deployment = rolled_out(&app);
+        let svc = service(&app);
+        let observed = Observed {
+            deployment: Some(&deployment),
+            service: Some(&svc),
+            ..Observed::default()
+        };
+        let compared = plan(&app, &observed, NOW);
+        assert_eq!(summary(&compared), "nothing");
+        assert!(
+            compared.deployment_found_holding && compared.service_found_holding,
+            "compared and found holding: worth remembering"
+        );
+
+        // Found before at these versions: the plan trusts it and compares nothing. (That the
+        // cached children here ask for something else shows it: they are not looked at.)
+        let edited = app.clone().image("ghcr.io/example/web:1.5.0").port(9090);
+        let remembered = Observed {
+            deployment_holds: true,
+            service_holds: true,
+            ..observed
+        };
+        let trusted = plan(&edited, &remembered, NOW);
+        assert!(trusted.deployment.is_none() && trusted.service.is_none());
+        assert!(!trusted.deployment_found_holding && !trusted.service_found_holding);
     }
 
     #[test]

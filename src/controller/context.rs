@@ -18,9 +18,9 @@ use kube::{
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
+pub(super) use super::child::Child;
 use super::write::Writer;
 use crate::{
-    Error,
     cache::{CachedDeployment, CachedService},
     crd::{MyApp, MyAppStatus},
     fight,
@@ -80,6 +80,8 @@ pub(super) struct Context {
     pub(super) config: Config,
     /// Consecutive failures per MyApp (kube-runtime keeps no such state).
     pub(super) failures: Arc<Failures>,
+    /// Children found to hold what their MyApp asks, by the versions compared.
+    pub(super) verified: Arc<super::verified::Verified>,
     /// Our child applies the caches have not seen yet, by digest.
     pub(super) applied: Arc<Applied>,
     /// Our status writes the MyApp cache has not seen yet.
@@ -99,39 +101,6 @@ pub(super) type Applied = RecentWrites<(ObjectRef<MyApp>, Child), String>;
 
 /// Status writes by MyApp: see [`Context::reported`].
 pub(super) type Reported = RecentWrites<ObjectRef<MyApp>, MyAppStatus>;
-
-/// A child of a MyApp.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum Child {
-    Deployment,
-    Service,
-}
-
-impl Child {
-    /// Its kind, for people.
-    pub(super) fn kind(self) -> &'static str {
-        match self {
-            Child::Deployment => "Deployment",
-            Child::Service => "Service",
-        }
-    }
-
-    /// Its write target in the metrics (a [`crate::metrics::WRITE_TARGETS`] name).
-    pub(super) fn target(self) -> &'static str {
-        match self {
-            Child::Deployment => "deployment",
-            Child::Service => "service",
-        }
-    }
-
-    /// The error of a failed apply of it.
-    pub(super) fn apply_failed(self, error: kube::Error) -> Error {
-        match self {
-            Child::Deployment => Error::ApplyDeployment(error),
-            Child::Service => Error::ApplyService(error),
-        }
-    }
-}
 
 /// How long a stopping controller waits for the Events it is still publishing.
 pub(super) const PUBLISH_AT_STOP: Duration = Duration::from_secs(2);

@@ -90,6 +90,27 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let service = ctx.services.get(namespace, &key.name);
     let seen = Seen::gather(ctx, app, &key, deployment.as_ref(), service.as_ref());
     let plan = plan::plan(app, &seen.observed, Timestamp::now());
+    let app_version = app.resource_version();
+    // The children that hold what the MyApp asks, found now or before at these versions.
+    let holding: Vec<(Child, Option<&str>)> = [
+        (
+            plan.deployment_found_holding || seen.observed.deployment_holds,
+            Child::Deployment,
+            version(deployment.as_ref()),
+        ),
+        (
+            plan.service_found_holding || seen.observed.service_holds,
+            Child::Service,
+            version(service.as_ref()),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(holds, child, cached)| holds.then_some((child, cached)))
+    .collect();
+    for &(child, cached) in &holding {
+        ctx.verified
+            .note(&key, app_version.as_deref(), child, cached);
+    }
     if plan.rollout_observed {
         ctx.awaiting_rollout.end(&key);
     }
@@ -122,6 +143,14 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     };
     let landed = write_status(ctx, app, &key, status, seen.status).await?;
     outcome.count(&landed, ctx.config.backoff_base);
+    if let Landed::Written(written) = &landed {
+        // A status write changes the MyApp's version but not what it asks of its children,
+        // and it landed on the version planned from (its precondition): what held, holds at
+        // the new version too. Its watch event triggers no reconcile that would find that.
+        for &(child, cached) in &holding {
+            ctx.verified.note(&key, written.as_deref(), child, cached);
+        }
+    }
     if let (Landed::Written(_), Some(event)) = (&landed, plan.event) {
         // Not awaited: the reconcile is done once the status is written, and the next one
         // need not wait for this Event's round trip.
@@ -172,6 +201,18 @@ impl<'a> Seen<'a> {
                 would_fight: ctx.fights.would_fight(key, generation, now),
                 deployment_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Deployment)),
                 service_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Service)),
+                deployment_holds: ctx.verified.holds(
+                    key,
+                    app_version.as_deref(),
+                    Child::Deployment,
+                    version(deployment),
+                ),
+                service_holds: ctx.verified.holds(
+                    key,
+                    app_version.as_deref(),
+                    Child::Service,
+                    version(service),
+                ),
             },
         }
     }
