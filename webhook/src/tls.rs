@@ -682,7 +682,7 @@ mod tests {
         let (cert, key) = self_signed((2031, 5, 17));
         write_pair(dir.path(), &cert, &key);
         let store = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap();
-        // 2031-05-17T00:00:00Z
+        // The notAfter set above, midnight UTC of that day, in Unix seconds.
         assert_eq!(store.not_after(), 1_936_742_400);
     }
 
