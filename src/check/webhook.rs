@@ -131,9 +131,7 @@ fn dev_chain(
     pem: &str,
     namespace: &str,
 ) -> Option<Vec<CertificateDer<'static>>> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .filter_map(Result::ok)
-        .collect();
+    let chain = pem_chain(pem.as_bytes());
     if chain.is_empty() {
         checks.push(Check::fail(
             "webhook.secret",
@@ -154,6 +152,14 @@ fn dev_chain(
         ),
     ));
     Some(chain)
+}
+
+/// The certificates of a PEM chain, leaf first; what does not parse is left out (an empty
+/// chain is the caller's failure to report).
+fn pem_chain(pem: &[u8]) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .collect()
 }
 
 /// The certificate chain the pods serve: `tls.crt` of the Secret they mount.
@@ -293,9 +299,7 @@ fn serving_chain(
         .and_then(|d| d.get("tls.crt"))
         .map(|ByteString(b)| b.as_slice())
         .unwrap_or_default();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
-        .filter_map(Result::ok)
-        .collect();
+    let chain = pem_chain(pem);
     if chain.is_empty() {
         checks.push(Check::fail(
             "webhook.secret",
