@@ -55,7 +55,7 @@ use serde_json::Value;
 
 pub use errors::{FieldError, SchemaError};
 use evaluate::Rules;
-pub(crate) use value::{escape, strings};
+pub(crate) use value::{CEL_RESERVED, escape, strings};
 use walk::{
     apply_defaults, collect_patterns, drop_ratcheting_rules, first_compile_error, list_errors,
     prune_value, rule_view,

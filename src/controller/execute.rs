@@ -91,25 +91,26 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let seen = Seen::gather(ctx, app, &key, deployment.as_ref(), service.as_ref());
     let plan = plan::plan(app, &seen.observed, Timestamp::now());
     let app_version = app.resource_version();
-    // The children that hold what the MyApp asks, found now or before at these versions.
-    let holding: Vec<(Child, Option<&str>)> = [
+    // The children that hold what the MyApp asks: (found by this plan, found before).
+    let holding = [
         (
-            plan.deployment_found_holding || seen.observed.deployment_holds,
             Child::Deployment,
             version(deployment.as_ref()),
+            plan.deployment_found_holding,
+            seen.observed.deployment_holds,
         ),
         (
-            plan.service_found_holding || seen.observed.service_holds,
             Child::Service,
             version(service.as_ref()),
+            plan.service_found_holding,
+            seen.observed.service_holds,
         ),
-    ]
-    .into_iter()
-    .filter_map(|(holds, child, cached)| holds.then_some((child, cached)))
-    .collect();
-    for &(child, cached) in &holding {
-        ctx.verified
-            .note(&key, app_version.as_deref(), child, cached);
+    ];
+    for &(child, cached, found_now, _) in &holding {
+        if found_now {
+            ctx.verified
+                .note(&key, app_version.as_deref(), child, cached);
+        }
     }
     if plan.rollout_observed {
         ctx.awaiting_rollout.end(&key);
@@ -147,8 +148,10 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         // A status write changes the MyApp's version but not what it asks of its children,
         // and it landed on the version planned from (its precondition): what held, holds at
         // the new version too. Its watch event triggers no reconcile that would find that.
-        for &(child, cached) in &holding {
-            ctx.verified.note(&key, written.as_deref(), child, cached);
+        for &(child, cached, found_now, found_before) in &holding {
+            if found_now || found_before {
+                ctx.verified.note(&key, written.as_deref(), child, cached);
+            }
         }
     }
     if let (Landed::Written(_), Some(event)) = (&landed, plan.event) {

@@ -121,17 +121,20 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
     let validating = Api::<ValidatingWebhookConfiguration>::all(install.admin.clone());
     let wrong = base64_pem(&install::Pki::new().ca_pem());
     let right = base64_pem(&install.pki.ca_pem());
-    let set_bundle = |bundle: &str| {
-        Patch::Json::<()>(
-            serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}]))
-                .unwrap(),
-        )
+    // A JSON patch of one webhook's caBundle: `op` with `bundle` as the value, if any.
+    let bundle_patch = |op: &str, webhook: usize, bundle: Option<&str>| {
+        let mut step =
+            json!({"op": op, "path": format!("/webhooks/{webhook}/clientConfig/caBundle")});
+        if let Some(bundle) = bundle {
+            step["value"] = json!(bundle);
+        }
+        Patch::Json::<()>(serde_json::from_value(json!([step])).unwrap())
     };
     validating
         .patch(
             "myapp-operator",
             &PatchParams::default(),
-            &set_bundle(&wrong),
+            &bundle_patch("replace", 0, Some(&wrong)),
         )
         .await
         .unwrap();
@@ -159,7 +162,7 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
         .patch(
             "myapp-operator",
             &PatchParams::default(),
-            &set_bundle(&right),
+            &bundle_patch("replace", 0, Some(&right)),
         )
         .await
         .unwrap();
@@ -171,12 +174,7 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
         .patch(
             "myapp-operator",
             &PatchParams::default(),
-            &Patch::Json::<()>(
-                serde_json::from_value(
-                    json!([{"op": "remove", "path": "/webhooks/1/clientConfig/caBundle"}]),
-                )
-                .unwrap(),
-            ),
+            &bundle_patch("remove", 1, None),
         )
         .await
         .unwrap();
@@ -196,10 +194,7 @@ async fn a_healthy_install_passes_and_each_breakage_fails_exactly_its_check_with
         .patch(
             "myapp-operator",
             &PatchParams::default(),
-            &Patch::Json::<()>(
-                serde_json::from_value(json!([{"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": right}]))
-                    .unwrap(),
-            ),
+            &bundle_patch("add", 1, Some(&right)),
         )
         .await
         .unwrap();

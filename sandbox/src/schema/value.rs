@@ -39,32 +39,35 @@ pub(crate) fn strings<'a>(schema: &'a Value, key: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// CEL's reserved words: never a property's or a variable's name as written (cel-go's
+/// `parser.reservedIds`, which `apiservercel.Escape` and `isCELIdentifier` both consult).
+pub(crate) const CEL_RESERVED: [&str; 21] = [
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
 /// `apiservercel.Escape`: the CEL name of a property, `None` if it has none.
 pub(crate) fn escape(name: &str) -> Option<String> {
-    const RESERVED: &[&str] = &[
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ];
-    if RESERVED.contains(&name) {
+    if CEL_RESERVED.contains(&name) {
         return Some(format!("__{name}__"));
     }
     let mut out = String::new();

@@ -7,7 +7,7 @@
 
 use crate::support::fixtures::client;
 use crate::support::kubectl::{served_kubectl, stderr};
-use crate::support::vendored::{install_vendored_crd, vendored_crd};
+use crate::support::vendored::{apply_vendored_crd, install_vendored_crd};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
@@ -80,9 +80,7 @@ async fn kubectl_apply_of_a_gateway_with_a_bad_ip_address_fails_as_on_a_cluster(
     let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
-    let crd = k.file("gateways.yaml", &vendored_crd(GATEWAYS));
-    k.ok(&["apply", "--server-side", "-f", path_str(&crd)])
-        .await;
+    apply_vendored_crd(&k, GATEWAYS).await;
     let gw = k.file(
         "gw.yaml",
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\n\

@@ -3,7 +3,7 @@
 
 use crate::support::fixtures::client;
 use crate::support::kubectl::served_kubectl;
-use crate::support::vendored::{install_vendored_crd, vendored_crd};
+use crate::support::vendored::{apply_vendored_crd, install_vendored_crd};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{
@@ -69,9 +69,7 @@ async fn printer_columns_with_a_wildcard_show_the_first_value_as_the_api_server_
     let Some((_served, k)) = served_kubectl(&sandbox).await else {
         return;
     };
-    let crd = k.file("gateways.yaml", &vendored_crd(GATEWAYS));
-    k.ok(&["apply", "--server-side", "-f", path_str(&crd)])
-        .await;
+    apply_vendored_crd(&k, GATEWAYS).await;
     let gw = k.file(
         "gw.yaml",
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\n\

@@ -469,33 +469,10 @@ pub(crate) fn validate_binding(binding: &ValidatingAdmissionPolicyBinding) -> Ve
 
 /// A CEL identifier that is not a reserved word (`isCELIdentifier`).
 fn is_cel_identifier(name: &str) -> bool {
-    const RESERVED: [&str; 21] = [
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ];
     let mut chars = name.chars();
     chars
         .next()
         .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-        && !RESERVED.contains(&name)
+        && !crate::schema::CEL_RESERVED.contains(&name)
 }

@@ -29,3 +29,18 @@ pub async fn install_vendored_crd(client: &kube::Client, path: &str) -> kube::co
         plural: crd.spec.names.plural.clone(),
     }
 }
+
+/// Applies the vendored CRD at `path` with `kubectl apply --server-side` (a big CRD's
+/// client-side apply is refused for its annotation's size, as on a cluster).
+pub async fn apply_vendored_crd(kubectl: &kube_sandbox::testing::Kubectl, path: &str) {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let file = kubectl.file(name, &vendored_crd(path));
+    kubectl
+        .ok(&[
+            "apply",
+            "--server-side",
+            "-f",
+            kube_sandbox::testing::path_str(&file),
+        ])
+        .await;
+}
