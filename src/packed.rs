@@ -29,8 +29,16 @@ use tracing::warn;
 
 use crate::resources;
 
-/// Encoded JSON by `namespace/name`.
-type Objects = HashMap<Box<str>, Box<[u8]>>;
+/// Encoded JSON and its version by `namespace/name`.
+type Objects = HashMap<Box<str>, Stored>;
+
+/// One cached object.
+struct Stored {
+    /// Its resourceVersion as [`version_number`] gives it: a reconcile that only asks whether a
+    /// child changed reads this, and parses nothing.
+    version: Option<u64>,
+    json: Box<[u8]>,
+}
 
 /// The strings whose quoted JSON form is stored as one byte, the n-th as byte n. Compact JSON,
 /// as `serde_json::to_vec` writes it, never holds a byte below 0x20 (whitespace is not written
@@ -139,6 +147,16 @@ fn decode(encoded: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A resourceVersion as a number: itself when it is a decimal integer (as every API server's
+/// is), else a hash of its text. Only equality is asked of it.
+pub fn version_number(version: &str) -> u64 {
+    version.parse().unwrap_or_else(|_| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(version, &mut hasher);
+        std::hash::Hasher::finish(&hasher) | 1 << 63
+    })
+}
+
 /// The reading half of a cache of `K`s.
 pub struct Packed<K> {
     objects: Arc<RwLock<Objects>>,
@@ -195,8 +213,8 @@ impl<K: Resource + Serialize> PackedWriter<K> {
     pub fn apply(&mut self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) => {
-                if let Some(json) = pack(object) {
-                    self.write().insert(key_of(object), json);
+                if let Some(stored) = pack(object) {
+                    self.write().insert(key_of(object), stored);
                 }
             }
             watcher::Event::Delete(object) => {
@@ -204,8 +222,8 @@ impl<K: Resource + Serialize> PackedWriter<K> {
             }
             watcher::Event::Init => self.buffer = Objects::new(),
             watcher::Event::InitApply(object) => {
-                if let Some(json) = pack(object) {
-                    self.buffer.insert(key_of(object), json);
+                if let Some(stored) = pack(object) {
+                    self.buffer.insert(key_of(object), stored);
                 }
             }
             watcher::Event::InitDone => {
@@ -225,9 +243,16 @@ impl<K: Resource + Serialize> PackedWriter<K> {
 /// `object` as JSON in an allocation of its exact size. Serializing the cached types cannot
 /// fail (every map key is a string); were it to, the object is left out, so reconciles see the
 /// child as missing and apply it again, and the failure is logged.
-fn pack<K: Resource + Serialize>(object: &K) -> Option<Box<[u8]>> {
+fn pack<K: Resource + Serialize>(object: &K) -> Option<Stored> {
     match serde_json::to_vec(object) {
-        Ok(json) => Some(encode(&json).into_boxed_slice()),
+        Ok(json) => Some(Stored {
+            version: object
+                .meta()
+                .resource_version
+                .as_deref()
+                .map(version_number),
+            json: encode(&json).into_boxed_slice(),
+        }),
         Err(error) => {
             let meta = object.meta();
             warn!(name = ?meta.name, namespace = ?meta.namespace, %error, "Child not cached: cannot serialize it");
@@ -240,7 +265,7 @@ impl<K: DeserializeOwned> Packed<K> {
     /// The object named `name` in `namespace`, if the cache holds it.
     pub fn get(&self, namespace: &str, name: &str) -> Option<K> {
         let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
-        let json = decode(objects.get(&*key(namespace, name))?);
+        let json = decode(&objects.get(&*key(namespace, name))?.json);
         drop(objects);
         match serde_json::from_slice(&json) {
             Ok(object) => Some(object),
@@ -251,6 +276,13 @@ impl<K: DeserializeOwned> Packed<K> {
                 None
             }
         }
+    }
+
+    /// The [`version_number`] of the object named `name` in `namespace`, if the cache holds
+    /// it, without parsing it.
+    pub fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        let objects = self.objects.read().unwrap_or_else(PoisonError::into_inner);
+        objects.get(&*key(namespace, name))?.version
     }
 
     /// How many objects the cache holds.
@@ -275,6 +307,14 @@ mod tests {
     use crate::cache::{CachedDeployment, CachedService};
     use proptest::prelude::*;
     use serde_json::{Value, json};
+
+    #[test]
+    fn versions_that_are_not_numbers_are_compared_by_their_text() {
+        assert_eq!(version_number("42"), 42);
+        assert_eq!(version_number("abc"), version_number("abc"));
+        assert_ne!(version_number("abc"), version_number("abd"));
+        assert_ne!(version_number("abc"), version_number("0"));
+    }
 
     #[test]
     fn every_token_has_a_byte_below_0x20() {
@@ -370,6 +410,12 @@ mod tests {
         assert_eq!(cache.get("shop", "web"), Some(web.clone()));
         assert_eq!(cache.get("other", "web"), None);
         assert_eq!(cache.get("shop", "we"), None);
+        assert_eq!(
+            cache.version("shop", "web"),
+            Some(7),
+            "read without parsing"
+        );
+        assert_eq!(cache.version("other", "web"), None);
 
         let service: CachedService = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "8",
@@ -398,6 +444,7 @@ mod tests {
                 .and_then(|d| d.metadata.resource_version)
         };
         assert_eq!(version(&cache).as_deref(), Some("9"));
+        assert_eq!(cache.version("shop", "web"), Some(9));
         assert_eq!(cache.len(), 1);
         writer.apply(&watcher::Event::Delete(deployment("web", "10")));
         assert!(cache.is_empty());
@@ -436,7 +483,7 @@ mod tests {
         let web = deployment("web", "7");
         writer.apply(&watcher::Event::Apply(web.clone()));
         let objects = cache.objects.read().unwrap();
-        let encoded = objects.get("shop/web").unwrap();
+        let encoded = &objects.get("shop/web").unwrap().json;
         let json = decode(encoded);
         let parsed: Value = serde_json::from_slice(&json).unwrap();
         assert!(

@@ -95,6 +95,11 @@ pub struct Plan {
     pub deployment_found_holding: bool,
     /// The same of the cached Service.
     pub service_found_holding: bool,
+    /// Once this plan's status write (if any) has landed, nothing is left to write or wait
+    /// for until the MyApp or a child changes: both children hold, no write of ours is
+    /// outstanding, nothing is held off or rechecked, and the status does not depend on the
+    /// time. A later plan at the same versions would come out empty, so it need not be made.
+    pub settles: bool,
 }
 
 /// A child to apply.
@@ -224,6 +229,7 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         plan.deployment_found_holding = state == ChildState::Current;
         state
     };
+    let mut service = ChildState::Current;
     if !observed.service_holds {
         let desired = resources::desired_service(app);
         let state = child_state(
@@ -239,6 +245,7 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
             }
         }
         plan.service_found_holding = state == ChildState::Current;
+        service = state;
     }
 
     if deployment != ChildState::Current {
@@ -277,7 +284,27 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
         });
         plan.status = Some(StatusWrite { status, patch });
     }
+    plan.settles = service == ChildState::Current
+        && plan.held_off.is_none()
+        && plan.recheck.is_none()
+        && nothing_outstanding(observed)
+        && rollout
+            .as_ref()
+            .is_none_or(|r| r.unavailable_since.is_none());
     plan
+}
+
+/// No write of ours the caches have not seen, no rollout awaited, no fight, no child deleted
+/// a moment ago.
+fn nothing_outstanding(observed: &Observed<'_>) -> bool {
+    observed.unseen_deployment.is_none()
+        && observed.unseen_service.is_none()
+        && observed.unseen_status.is_none()
+        && observed.awaiting_rollout.is_none()
+        && observed.fight_hold_off.is_none()
+        && !observed.would_fight
+        && observed.deployment_deleted.is_none()
+        && observed.service_deleted.is_none()
 }
 
 /// Whether `deployment`, controlled by `app`, was planned from a newer generation than the one
@@ -484,6 +511,9 @@ mod tests {
         if let Some(recheck) = plan.recheck {
             parts.push(format!("recheck {}ms", recheck.as_millis()));
         }
+        if plan.settles {
+            parts.push("then settled".into());
+        }
         if parts.is_empty() {
             "nothing".into()
         } else {
@@ -512,6 +542,20 @@ mod tests {
         let mut edit_done = rolled_out(&edited);
         edit_done.metadata.generation = Some(2);
         edit_done.status.as_mut().unwrap().observed_generation = Some(2);
+        let mut unavailable = rolled_out(&app);
+        let rollout = unavailable.status.as_mut().unwrap();
+        rollout.available_replicas = Some(0);
+        rollout.conditions = Some(vec![cache::SlimDeploymentCondition {
+            type_: "Available".into(),
+            status: "False".into(),
+            reason: Some("MinimumReplicasUnavailable".into()),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(NOW)),
+        }]);
+        let reported_unavailable = app.clone().status(status::status(
+            &app,
+            Some(&Rollout::from_deployment(&unavailable)),
+            NOW,
+        ));
         let cases: Vec<(&str, &MyApp, Observed<'_>, &str)> = vec![
             (
                 "a new MyApp gets both children, and its status waits for their watch events",
@@ -537,7 +581,7 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "status Running, event RolloutComplete",
+                "status Running, event RolloutComplete, then settled",
             ),
             (
                 "steady state: no write, no Event, the resync period",
@@ -547,7 +591,7 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "nothing",
+                "then settled",
             ),
             (
                 "our status write the cache has not seen is not repeated",
@@ -590,7 +634,7 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "nothing",
+                "then settled",
             ),
             (
                 "its controller's answer after the Pending: Running, the create's one Event",
@@ -600,7 +644,18 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "status Running, event RolloutComplete",
+                "status Running, event RolloutComplete, then settled",
+            ),
+            (
+                "replicas unavailable for a while: nothing to write, but time alone can make \
+                 the app Degraded, so it is never settled",
+                &reported_unavailable,
+                Observed {
+                    deployment: Some(&unavailable),
+                    service: Some(&svc),
+                    ..Observed::default()
+                },
+                "nothing",
             ),
             (
                 "a rollout under way after the Pending is no Event either",
@@ -610,7 +665,7 @@ mod tests {
                     service: Some(&svc),
                     ..Observed::default()
                 },
-                "status Progressing",
+                "status Progressing, then settled",
             ),
             (
                 "an edit its controller has not picked up waits out the grace",
@@ -736,10 +791,14 @@ mod tests {
                 "nothing",
             ),
         ];
-        for (case, app, observed, expected) in cases {
-            let plan = plan(app, &observed, NOW);
-            assert_eq!(summary(&plan), expected, "{case}");
-        }
+        let wrong: Vec<String> = cases
+            .into_iter()
+            .filter_map(|(case, app, observed, expected)| {
+                let got = summary(&plan(app, &observed, NOW));
+                (got != expected).then(|| format!("{case}: {got:?}, expected {expected:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     #[test]
@@ -755,7 +814,7 @@ mod tests {
             ..Observed::default()
         };
         let compared = plan(&app, &observed, NOW);
-        assert_eq!(summary(&compared), "nothing");
+        assert_eq!(summary(&compared), "then settled");
         assert!(
             compared.deployment_found_holding && compared.service_found_holding,
             "compared and found holding: worth remembering"

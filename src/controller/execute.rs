@@ -21,6 +21,7 @@ use super::{
     context::{Child, Context},
     events,
     retry::jitter,
+    verified::Versions,
     write::{Landed, Precondition},
 };
 use crate::{
@@ -29,6 +30,7 @@ use crate::{
     crd::MyApp,
     fight,
     metrics::ReconcileResult,
+    packed::version_number,
     plan::{self, ChildApply, Observed, StatusWrite},
     resources::FIELD_MANAGER,
 };
@@ -86,31 +88,52 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let namespace = namespace.ok_or_else(|| Error::MissingNamespace(key.name.clone()))?;
     ctx.deployments_listed.wait().await;
     ctx.services_listed.wait().await;
+    let app_version = app.resource_version();
+    let versions = Versions {
+        app: app_version.as_deref().map(version_number),
+        deployment: ctx.deployments.version(namespace, &key.name),
+        service: ctx.services.version(namespace, &key.name),
+    };
+    if ctx.verified.settled(&key, versions) {
+        return Ok(Outcome::default());
+    }
     let deployment = ctx.deployments.get(namespace, &key.name);
     let service = ctx.services.get(namespace, &key.name);
-    let seen = Seen::gather(ctx, app, &key, deployment.as_ref(), service.as_ref());
+    // As read with the children themselves: a watch event may have come in between.
+    let versions = Versions {
+        deployment: version(deployment.as_ref()).map(version_number),
+        service: version(service.as_ref()).map(version_number),
+        ..versions
+    };
+    let seen = Seen::gather(
+        ctx,
+        app,
+        &key,
+        versions,
+        deployment.as_ref(),
+        service.as_ref(),
+    );
     let plan = plan::plan(app, &seen.observed, Timestamp::now());
-    let app_version = app.resource_version();
     // The children that hold what the MyApp asks: (found by this plan, found before).
     let holding = [
         (
             Child::Deployment,
-            version(deployment.as_ref()),
             plan.deployment_found_holding,
             seen.observed.deployment_holds,
         ),
         (
             Child::Service,
-            version(service.as_ref()),
             plan.service_found_holding,
             seen.observed.service_holds,
         ),
     ];
-    for &(child, cached, found_now, _) in &holding {
+    for &(child, found_now, _) in &holding {
         if found_now {
-            ctx.verified
-                .note(&key, app_version.as_deref(), child, cached);
+            ctx.verified.note(&key, versions, child);
         }
+    }
+    if plan.settles && plan.status.is_none() {
+        ctx.verified.settle(&key, versions);
     }
     if plan.rollout_observed {
         ctx.awaiting_rollout.end(&key);
@@ -147,11 +170,19 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     if let Landed::Written(written) = &landed {
         // A status write changes the MyApp's version but not what it asks of its children,
         // and it landed on the version planned from (its precondition): what held, holds at
-        // the new version too. Its watch event triggers no reconcile that would find that.
-        for &(child, cached, found_now, found_before) in &holding {
+        // the new version too, and a plan that settles once it lands is settled there. Its
+        // watch event triggers no reconcile that would find that.
+        let versions = Versions {
+            app: written.as_deref().map(version_number),
+            ..versions
+        };
+        for &(child, found_now, found_before) in &holding {
             if found_now || found_before {
-                ctx.verified.note(&key, written.as_deref(), child, cached);
+                ctx.verified.note(&key, versions, child);
             }
+        }
+        if plan.settles {
+            ctx.verified.settle(&key, versions);
         }
     }
     if let (Landed::Written(_), Some(event)) = (&landed, plan.event) {
@@ -176,6 +207,7 @@ impl<'a> Seen<'a> {
         ctx: &Context,
         app: &MyApp,
         key: &ObjectRef<MyApp>,
+        versions: Versions,
         deployment: Option<&'a CachedDeployment>,
         service: Option<&'a CachedService>,
     ) -> Self {
@@ -204,18 +236,8 @@ impl<'a> Seen<'a> {
                 would_fight: ctx.fights.would_fight(key, generation, now),
                 deployment_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Deployment)),
                 service_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Service)),
-                deployment_holds: ctx.verified.holds(
-                    key,
-                    app_version.as_deref(),
-                    Child::Deployment,
-                    version(deployment),
-                ),
-                service_holds: ctx.verified.holds(
-                    key,
-                    app_version.as_deref(),
-                    Child::Service,
-                    version(service),
-                ),
+                deployment_holds: ctx.verified.holds(key, versions, Child::Deployment),
+                service_holds: ctx.verified.holds(key, versions, Child::Service),
             },
         }
     }

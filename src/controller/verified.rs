@@ -1,12 +1,20 @@
 //! Children found to hold what their MyApp asks of them, remembered by the two versions
 //! compared, so that a reconcile over the same pair (a resync, or one triggered by another
-//! object's event) need not build the desired child and compare it again.
+//! object's event) need not build the desired child and compare it again; and MyApps found
+//! settled, remembered by all three versions, so that such a reconcile need not even read its
+//! children from the cache.
 //!
 //! What a MyApp asks of a child depends on the MyApp alone (`resources::desired_deployment`,
 //! `resources::desired_service`: its spec, name, uid and generation), and anything that changes
 //! the MyApp or the child changes its resourceVersion. So once the child at version C was found
 //! to hold everything the MyApp at version A asks for, that stays true for as long as the cache
 //! holds both at those versions. Versions are compared for equality only.
+//!
+//! A plan is settled when it finds nothing to write and nothing to wait for, with no write of
+//! ours outstanding and a status that time alone cannot change (`plan::Plan::settles`). The
+//! plan reads nothing else, and the memories of our writes change only by a write, which
+//! changes a version: so at the same three versions the plan is settled again, and is not
+//! made.
 //!
 //! An entry is a few machine words per MyApp, keyed by a hash of its namespace and name: two
 //! MyApps sharing a hash cannot pass for each other, since no two objects share a
@@ -26,7 +34,8 @@ use kube::runtime::{
 use super::child::Child;
 use crate::crd::MyApp;
 
-/// Per MyApp: the version it was at, and each child's version found to hold what it asks.
+/// Per MyApp: the version it was at, each child's version found to hold what it asks, and
+/// whether the three were found settled.
 #[derive(Default)]
 pub(super) struct Verified {
     hasher: std::hash::RandomState,
@@ -38,38 +47,43 @@ struct Entry {
     app: u64,
     deployment: Option<u64>,
     service: Option<u64>,
+    settled: bool,
+}
+
+/// The versions one reconcile saw, each as `packed::version_number` gives it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Versions {
+    pub app: Option<u64>,
+    pub deployment: Option<u64>,
+    pub service: Option<u64>,
+}
+
+impl Versions {
+    fn child(&self, child: Child) -> Option<u64> {
+        match child {
+            Child::Deployment => self.deployment,
+            Child::Service => self.service,
+        }
+    }
 }
 
 impl Verified {
-    /// Whether `child`, cached at `child_version`, was found to hold what the MyApp `key` at
-    /// `app_version` asks of it.
-    pub(super) fn holds(
-        &self,
-        key: &ObjectRef<MyApp>,
-        app_version: Option<&str>,
-        child: Child,
-        child_version: Option<&str>,
-    ) -> bool {
-        let (Some(app), Some(found)) = (app_version, child_version) else {
+    /// Whether `child`, at its version in `seen`, was found to hold what the MyApp `key` at
+    /// its version asks of it.
+    pub(super) fn holds(&self, key: &ObjectRef<MyApp>, seen: Versions, child: Child) -> bool {
+        let (Some(app), Some(found)) = (seen.app, seen.child(child)) else {
             return false;
         };
         let entry = self.lock().get(&self.key(key)).copied();
-        entry.is_some_and(|e| e.app == version(app) && *e.child(child) == Some(version(found)))
+        entry.is_some_and(|e| e.app == app && *e.child(child) == Some(found))
     }
 
-    /// Notes that `child`, cached at `child_version`, holds what the MyApp `key` at
-    /// `app_version` asks of it. A note for another MyApp version replaces the entry.
-    pub(super) fn note(
-        &self,
-        key: &ObjectRef<MyApp>,
-        app_version: Option<&str>,
-        child: Child,
-        child_version: Option<&str>,
-    ) {
-        let (Some(app), Some(found)) = (app_version, child_version) else {
+    /// Notes that `child`, at its version in `seen`, holds what the MyApp `key` at its version
+    /// asks of it. A note for another MyApp version replaces the entry.
+    pub(super) fn note(&self, key: &ObjectRef<MyApp>, seen: Versions, child: Child) {
+        let (Some(app), Some(found)) = (seen.app, seen.child(child)) else {
             return;
         };
-        let app = version(app);
         let mut entries = self.lock();
         let entry = entries.entry(self.key(key)).or_default();
         if entry.app != app {
@@ -78,7 +92,40 @@ impl Verified {
                 ..Entry::default()
             };
         }
-        *entry.child_mut(child) = Some(version(found));
+        let noted = entry.child_mut(child);
+        if *noted != Some(found) {
+            *noted = Some(found);
+            entry.settled = false;
+        }
+    }
+
+    /// Whether the MyApp `key` was found settled at exactly these versions.
+    pub(super) fn settled(&self, key: &ObjectRef<MyApp>, seen: Versions) -> bool {
+        let Some(app) = seen.app else {
+            return false;
+        };
+        let entry = self.lock().get(&self.key(key)).copied();
+        entry.is_some_and(|e| {
+            e.settled
+                && e.app == app
+                && e.deployment == seen.deployment
+                && e.service == seen.service
+        })
+    }
+
+    /// Notes that the MyApp `key` is settled at these versions: both children hold what it
+    /// asks, and its status is what it should be.
+    pub(super) fn settle(&self, key: &ObjectRef<MyApp>, seen: Versions) {
+        let (Some(app), Some(_), Some(_)) = (seen.app, seen.deployment, seen.service) else {
+            return;
+        };
+        let entry = Entry {
+            app,
+            deployment: seen.deployment,
+            service: seen.service,
+            settled: true,
+        };
+        self.lock().insert(self.key(key), entry);
     }
 
     /// Forgets a MyApp once its delete event arrives, and after a (re)list those the list no
@@ -133,19 +180,17 @@ impl Entry {
     }
 }
 
-/// A resourceVersion as a number: itself when it is a decimal integer (as every API server's
-/// is), else a hash of its text. Only equality is asked of it.
-fn version(version: &str) -> u64 {
-    version.parse().unwrap_or_else(|_| {
-        let mut hasher = std::hash::DefaultHasher::new();
-        version.hash(&mut hasher);
-        hasher.finish() | 1 << 63
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seen(app: u64, deployment: u64, service: u64) -> Versions {
+        Versions {
+            app: Some(app),
+            deployment: Some(deployment),
+            service: Some(service),
+        }
+    }
 
     #[test]
     fn a_child_holds_while_both_versions_stay_and_a_deletion_forgets_it() {
@@ -154,37 +199,67 @@ mod tests {
         let mut forget = verified.forget_deleted(apps);
         let web = MyApp::test("web").in_namespace("shop").stored();
         let key = ObjectRef::from_obj(&web);
-        let holds = |app: &str, child: Child, found: &str| {
-            verified.holds(&key, Some(app), child, Some(found))
+        let holds = |app, child, found| verified.holds(&key, seen(app, found, found), child);
+        assert!(!holds(10, Child::Deployment, 20), "nothing noted yet");
+        verified.note(&key, seen(10, 20, 0), Child::Deployment);
+        assert!(holds(10, Child::Deployment, 20));
+        assert!(!holds(10, Child::Service, 20), "per child");
+        assert!(!holds(11, Child::Deployment, 20), "the MyApp changed");
+        assert!(!holds(10, Child::Deployment, 21), "the child changed");
+        let unversioned = Versions {
+            app: None,
+            ..seen(0, 20, 20)
         };
-        assert!(!holds("10", Child::Deployment, "20"), "nothing noted yet");
-        verified.note(&key, Some("10"), Child::Deployment, Some("20"));
-        assert!(holds("10", Child::Deployment, "20"));
-        assert!(!holds("10", Child::Service, "20"), "per child");
-        assert!(!holds("11", Child::Deployment, "20"), "the MyApp changed");
-        assert!(!holds("10", Child::Deployment, "21"), "the child changed");
         assert!(
-            !verified.holds(&key, None, Child::Deployment, Some("20")),
+            !verified.holds(&key, unversioned, Child::Deployment),
             "no version, no memory"
         );
 
-        verified.note(&key, Some("10"), Child::Service, Some("30"));
-        verified.note(&key, Some("12"), Child::Service, Some("31"));
+        verified.note(&key, seen(10, 0, 30), Child::Service);
+        verified.note(&key, seen(12, 0, 31), Child::Service);
         assert!(
-            !holds("10", Child::Deployment, "20"),
+            !holds(10, Child::Deployment, 20),
             "a newer MyApp version replaces what the older one found"
         );
-        assert!(holds("12", Child::Service, "31"));
+        assert!(holds(12, Child::Service, 31));
 
         forget(&watcher::Event::Delete(web.clone()));
-        assert!(!holds("12", Child::Service, "31"), "the deletion forgot it");
+        assert!(!holds(12, Child::Service, 31), "the deletion forgot it");
     }
 
     #[test]
-    fn versions_that_are_not_numbers_are_compared_by_their_text() {
-        assert_eq!(version("42"), 42);
-        assert_eq!(version("abc"), version("abc"));
-        assert_ne!(version("abc"), version("abd"));
-        assert_ne!(version("abc"), version("0"));
+    fn a_myapp_is_settled_only_at_the_three_versions_it_was_found_settled_at() {
+        let verified = Verified::default();
+        let key = ObjectRef::from_obj(&MyApp::test("web").in_namespace("shop").stored());
+        assert!(
+            !verified.settled(&key, seen(10, 20, 30)),
+            "nothing noted yet"
+        );
+        verified.settle(&key, seen(10, 20, 30));
+        assert!(verified.settled(&key, seen(10, 20, 30)));
+        assert!(verified.holds(&key, seen(10, 20, 30), Child::Deployment));
+        assert!(verified.holds(&key, seen(10, 20, 30), Child::Service));
+        for other in [seen(11, 20, 30), seen(10, 21, 30), seen(10, 20, 31)] {
+            assert!(!verified.settled(&key, other), "{other:?}");
+        }
+        let no_service = Versions {
+            service: None,
+            ..seen(10, 20, 30)
+        };
+        assert!(!verified.settled(&key, no_service), "a child went");
+
+        verified.note(&key, seen(10, 22, 30), Child::Deployment);
+        assert!(
+            !verified.settled(&key, seen(10, 20, 30)),
+            "a child found holding at another version unsettles the MyApp"
+        );
+        assert!(!verified.settled(&key, seen(10, 22, 30)));
+        assert!(verified.holds(&key, seen(10, 22, 30), Child::Service));
+
+        verified.settle(&key, no_service);
+        assert!(
+            !verified.settled(&key, no_service),
+            "never settled without both children"
+        );
     }
 }
