@@ -20,7 +20,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::{
     context::{Child, Context},
     events,
-    retry::jitter,
+    retry::resync_after,
     verified::Versions,
     write::{Landed, Precondition},
 };
@@ -77,7 +77,7 @@ pub(super) async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Acti
     Ok(Action::requeue(
         outcome
             .recheck
-            .unwrap_or_else(|| jitter(ctx.config.resync, 0.1)),
+            .unwrap_or_else(|| resync_after(ctx.config.resync)),
     ))
 }
 
