@@ -11,6 +11,7 @@ mod explain;
 mod faults;
 mod formats;
 mod gateway;
+mod gateway_cel;
 mod identity;
 mod kube_client;
 mod kubectl;
