@@ -1,6 +1,5 @@
 //! The API server's checks of ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding
-//! objects when they are written, with its defaults (`pkg/apis/admissionregistration/v1/defaults.go`)
-//! and its messages (`pkg/apis/admissionregistration/validation/validation.go`,
+//! objects when they are written, with its messages (`pkg/apis/admissionregistration/validation/validation.go`,
 //! `ValidateValidatingAdmissionPolicy`, `ValidateValidatingAdmissionPolicyBinding`), plus the
 //! sandbox's own refusal of params, which it does not model.
 
@@ -9,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, Validation,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::expressions::parse;
 use crate::schema::FieldError;
@@ -23,77 +22,27 @@ const GROUP: &str = "admissionregistration.k8s.io";
 pub const PARAMS_NOT_MODELLED: &str =
     "params are not modelled by the sandbox yet: remove paramKind and paramRef";
 
-/// Defaults then validates a written policy or binding; `None` for any other resource.
-pub(crate) fn prepare(group: &str, plural: &str, object: &mut Value) -> Option<Vec<FieldError>> {
+/// Validates a written policy or binding, defaulted when it was decoded
+/// (`crate::defaults`); `None` for any other resource.
+pub(crate) fn prepare(group: &str, plural: &str, object: &Value) -> Option<Vec<FieldError>> {
     if group != GROUP {
         return None;
     }
     match plural {
-        "validatingadmissionpolicies" => {
-            default_policy(object);
-            Some(match serde_json::from_value(object.clone()) {
-                Ok(policy) => validate_policy(&policy),
-                Err(e) => vec![undecodable(e)],
-            })
-        }
-        "validatingadmissionpolicybindings" => {
-            default_binding(object);
-            Some(match serde_json::from_value(object.clone()) {
-                Ok(binding) => validate_binding(&binding),
-                Err(e) => vec![undecodable(e)],
-            })
-        }
+        "validatingadmissionpolicies" => Some(match serde_json::from_value(object.clone()) {
+            Ok(policy) => validate_policy(&policy),
+            Err(e) => vec![undecodable(e)],
+        }),
+        "validatingadmissionpolicybindings" => Some(match serde_json::from_value(object.clone()) {
+            Ok(binding) => validate_binding(&binding),
+            Err(e) => vec![undecodable(e)],
+        }),
         _ => None,
     }
 }
 
 fn undecodable(error: serde_json::Error) -> FieldError {
     FieldError::new("", "FieldValueInvalid", format!("Invalid value: {error}"))
-}
-
-/// `SetDefaults_ValidatingAdmissionPolicySpec`, `SetDefaults_MatchResources`, `SetDefaults_Rule`.
-fn default_policy(object: &mut Value) {
-    let Some(spec) = object
-        .as_object_mut()
-        .map(|o| o.entry("spec").or_insert_with(|| json!({})))
-    else {
-        return;
-    };
-    let Some(spec) = spec.as_object_mut() else {
-        return;
-    };
-    spec.entry("failurePolicy").or_insert_with(|| json!("Fail"));
-    if let Some(constraints) = spec.get_mut("matchConstraints") {
-        default_match_resources(constraints);
-    }
-}
-
-fn default_binding(object: &mut Value) {
-    if let Some(resources) = object.pointer_mut("/spec/matchResources") {
-        default_match_resources(resources);
-    }
-}
-
-fn default_match_resources(resources: &mut Value) {
-    let Some(map) = resources.as_object_mut() else {
-        return;
-    };
-    map.entry("matchPolicy")
-        .or_insert_with(|| json!("Equivalent"));
-    map.entry("namespaceSelector").or_insert_with(|| json!({}));
-    map.entry("objectSelector").or_insert_with(|| json!({}));
-    for rules in ["resourceRules", "excludeResourceRules"] {
-        for rule in map
-            .get_mut(rules)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(rule) = rule.as_object_mut() {
-                rule.entry("scope").or_insert_with(|| json!("*"));
-            }
-        }
-    }
 }
 
 /// `validateValidatingAdmissionPolicySpec` (object metadata is checked by the write path).
