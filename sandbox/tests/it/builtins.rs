@@ -172,3 +172,122 @@ async fn a_server_side_apply_of_rules_without_their_defaulted_scope_conflicts_wi
         stderr(&out)
     );
 }
+
+/// A mutating webhook configuration that breaks most of what 1.33 checks.
+const BROKEN_WEBHOOKS: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: broken
+webhooks:
+- name: short.example
+  clientConfig:
+    url: http://example.com/mutate?x=1
+    service: {namespace: ns, name: svc}
+  rules:
+  - {operations: [CREATE, "*"], apiGroups: [""], apiVersions: [v1], resources: [pods], scope: Everywhere}
+  timeoutSeconds: 31
+  failurePolicy: Sometimes
+  reinvocationPolicy: Always
+- name: short.example
+  clientConfig:
+    url: http://example.com/mutate?x=1
+  sideEffects: Some
+  admissionReviewVersions: [v2]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_configurations_are_refused_with_the_api_servers_field_errors() {
+    let sandbox = Sandbox::new();
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
+        return;
+    };
+    let file = k.file("broken.yaml", BROKEN_WEBHOOKS);
+    let out = k.run(&["apply", "-f", path_str(&file)]).await;
+    assert!(!out.status.success());
+    let expected = [
+        "The MutatingWebhookConfiguration \"broken\" is invalid: ",
+        "* webhooks[0].name: Invalid value: \"short.example\": should be a domain with at least three segments separated by dots",
+        "* webhooks[0].rules[0].operations: Invalid value: []admissionregistration.OperationType{\"CREATE\", \"*\"}: if '*' is present, must not specify other operations",
+        "* webhooks[0].rules[0].scope: Unsupported value: \"Everywhere\": supported values: \"*\", \"Cluster\", \"Namespaced\"",
+        "* webhooks[0].failurePolicy: Unsupported value: \"Sometimes\": supported values: \"Fail\", \"Ignore\"",
+        "* webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun",
+        "* webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
+        "* webhooks[0].reinvocationPolicy: Unsupported value: \"Always\": supported values: \"IfNeeded\", \"Never\"",
+        "* webhooks[0].clientConfig: Required value: exactly one of url or service is required",
+        "* webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1",
+        "* webhooks[1].name: Invalid value: \"short.example\": should be a domain with at least three segments separated by dots",
+        "* webhooks[1].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
+        "* webhooks[1].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme; desired format: https://host[/path]",
+        "* webhooks[1].clientConfig.url: Invalid value: \"x=1\": query parameters are not permitted in the URL",
+        "* webhooks[1].admissionReviewVersions: Invalid value: []string{\"v2\"}: must include at least one of v1, v1beta1",
+        "* webhooks[1].name: Duplicate value: \"short.example\"",
+    ];
+    assert_eq!(stderr(&out).trim_end(), expected.join("\n"));
+    let out = k
+        .run(&["get", "mutatingwebhookconfiguration", "broken"])
+        .await;
+    assert!(!out.status.success(), "nothing was stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_configuration_is_stored_with_the_v1_defaults() {
+    let sandbox = Sandbox::new();
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
+        return;
+    };
+    let file = k.file(
+        "hooks.yaml",
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: hooks
+webhooks:
+- name: check.hooks.example.com
+  clientConfig:
+    service: {namespace: ns, name: svc, path: /validate}
+  rules:
+  - {operations: [CREATE], apiGroups: [apps], apiVersions: [v1], resources: [deployments]}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#,
+    );
+    k.ok(&["apply", "-f", path_str(&file)]).await;
+    let out = k
+        .ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "hooks",
+            "-o",
+            "json",
+        ])
+        .await;
+    let stored: Value = serde_json::from_str(&out).unwrap();
+    let webhook = &stored["webhooks"][0];
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(webhook["matchPolicy"], "Equivalent");
+    assert_eq!(webhook["namespaceSelector"], json!({}));
+    assert_eq!(webhook["objectSelector"], json!({}));
+    assert_eq!(webhook["timeoutSeconds"], 10);
+    assert_eq!(webhook["rules"][0]["scope"], "*");
+    assert_eq!(webhook["clientConfig"]["service"]["port"], 443);
+    assert_eq!(webhook.get("reinvocationPolicy"), None);
+
+    // An update that keeps what the stored object already breaks is let through only for
+    // that: here the new webhook's missing side effects are still refused.
+    let mut broken = stored.clone();
+    broken["webhooks"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("sideEffects");
+    let file = k.file("broken.json", &broken.to_string());
+    let out = k.run(&["replace", "-f", path_str(&file)]).await;
+    assert!(
+        stderr(&out).contains(
+            "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
