@@ -291,3 +291,53 @@ webhooks:
         stderr(&out)
     );
 }
+
+/// A `kind: List` file: a custom resource and a ConfigMap.
+const LIST: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: sandbox.test/v1
+  kind: Widget
+  metadata: {name: w1}
+  spec: {replicas: 2, message: hello}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: settings}
+  data: {level: info}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_a_list_validating_its_items_with_openapi_v2() {
+    let sandbox = Sandbox::new();
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
+        return;
+    };
+    apply_widget_crd(&k, &[]).await;
+    // kubectl validates a List's items client-side, against the OpenAPI v2 document it asks
+    // for as protobuf (`kubectl/pkg/util/openapi/validation`), whatever its version.
+    let file = k.file("list.yaml", LIST);
+    let out = k.ok(&["apply", "-f", path_str(&file)]).await;
+    assert_eq!(
+        out.trim(),
+        "widget.sandbox.test/w1 created\nconfigmap/settings created"
+    );
+    let out = k.ok(&["apply", "-f", path_str(&file)]).await;
+    assert_eq!(
+        out.trim(),
+        "widget.sandbox.test/w1 unchanged\nconfigmap/settings unchanged"
+    );
+    let bad = LIST
+        .replace("message: hello}", "message: hello, flavour: red}")
+        .replace("data: {level: info}", "data: {level: info}\n  datta: {}");
+    let file = k.file("bad.yaml", &bad);
+    let out = k.run(&["apply", "-f", path_str(&file)]).await;
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: error validating \"{}\": error validating data: [ValidationError(Widget.spec): unknown field \"flavour\" in test.sandbox.v1.Widget.spec, ValidationError(ConfigMap): unknown field \"datta\" in io.k8s.api.core.v1.ConfigMap]; if you choose to ignore these errors, turn validation off with --validate=false",
+            path_str(&file)
+        )
+    );
+}
