@@ -341,3 +341,52 @@ async fn kubectl_applies_a_list_validating_its_items_with_openapi_v2() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_over_a_webhook_configuration_merges_its_webhooks_by_name() {
+    let sandbox = Sandbox::new();
+    let Some((_served, k)) = served_kubectl(&sandbox).await else {
+        return;
+    };
+    let hooks = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: hooks
+webhooks:
+- name: check.hooks.example.com
+  clientConfig:
+    service: {namespace: ns, name: svc, path: /validate}
+  rules:
+  - {operations: [CREATE], apiGroups: [apps], apiVersions: [v1], resources: [deployments]}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  timeoutSeconds: 5
+"#;
+    // Created without the last-applied annotation (as `dev` writes its own), then applied:
+    // kubectl's strategic merge patch names only what changed in each webhook, which the
+    // server merges by `name` (`patchMergeKey` of `webhooks` in `k8s.io/api`).
+    let file = k.file("hooks.yaml", hooks);
+    k.ok(&["create", "-f", path_str(&file)]).await;
+    let file = k.file(
+        "hooks.yaml",
+        &hooks.replace("timeoutSeconds: 5", "timeoutSeconds: 7"),
+    );
+    let out = k.ok(&["apply", "-f", path_str(&file)]).await;
+    assert!(out.contains("configured"), "{out}");
+    let out = k
+        .ok(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "hooks",
+            "-o",
+            "json",
+        ])
+        .await;
+    let stored: Value = serde_json::from_str(&out).unwrap();
+    let webhook = &stored["webhooks"][0];
+    assert_eq!(webhook["timeoutSeconds"], 7);
+    assert_eq!(webhook["sideEffects"], "None");
+    assert_eq!(webhook["admissionReviewVersions"], json!(["v1"]));
+    assert_eq!(webhook["clientConfig"]["service"]["path"], "/validate");
+}

@@ -113,7 +113,13 @@ pub(super) fn validate(config: &Value, old: Option<&Value>, mutating: bool) -> V
 /// `validateMutatingWebhook` / `validateValidatingWebhook`.
 fn webhook(raw: &Value, options: &Options, mutating: bool, path: &Path) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    let hook: MutatingWebhook = match serde_json::from_value(raw.clone()) {
+    // The `caBundle` is not checked, and Go's base64 reads the line breaks PEM-wrapped bundles
+    // carry, which the typed decode would refuse.
+    let mut typed = raw.clone();
+    if let Some(config) = typed.get_mut("clientConfig").and_then(Value::as_object_mut) {
+        config.remove("caBundle");
+    }
+    let hook: MutatingWebhook = match serde_json::from_value(typed) {
         Ok(hook) => hook,
         Err(e) => {
             return vec![invalid(path, &quote(&e.to_string()), "cannot be decoded")];
