@@ -11,12 +11,16 @@
 //! - [`default_pod_spec`] / [`default_container`]: the pod-level and container-level defaults.
 //! - [`default_service`]: `v1` Service, with cluster IPs from a [`ClusterIpAllocator`] (an
 //!   update keeps the IPs of the stored object).
+//! - `admissionregistration.k8s.io/v1` webhook configurations, ValidatingAdmissionPolicies and
+//!   their bindings (`defaults/admission.rs`).
 //! - [`Defaulter`]: one entry point for the store's write path, dispatching on apiVersion/kind
 //!   and owning the allocator.
 //!
 //! Not modelled: NodePort and health-check node port allocation, dual-stack families, the
 //! `creationTimestamp: null` a real server prints in pod templates, and `status` (`{}` on a new
 //! Deployment, `{loadBalancer: {}}` on a Service), which belongs to the store's status handling.
+
+mod admission;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -415,8 +419,8 @@ impl Defaulter {
     }
 
     /// Fills in the defaults of `object` by its `apiVersion` and `kind` (Deployments, Services,
-    /// Secrets' type, and the pod templates of ReplicaSets, StatefulSets, DaemonSets and Jobs); other kinds are
-    /// left as they are. `old` is the stored object on an update.
+    /// Secrets' type, the pod templates of ReplicaSets, StatefulSets, DaemonSets and Jobs, and
+    /// admission registration objects); other kinds are left as they are. `old` is the stored object on an update.
     pub fn apply(&mut self, object: &mut Value, old: Option<&Value>) -> Result<(), Error> {
         let api_version = object.get("apiVersion").and_then(Value::as_str);
         let kind = object.get("kind").and_then(Value::as_str);
@@ -442,6 +446,17 @@ impl Defaulter {
                     secret.insert("type".into(), Value::String("Opaque".into()));
                 }
             }
+            (Some("admissionregistration.k8s.io/v1"), Some(kind)) => match kind {
+                "MutatingWebhookConfiguration" => {
+                    admission::default_webhook_configuration(object, true);
+                }
+                "ValidatingWebhookConfiguration" => {
+                    admission::default_webhook_configuration(object, false);
+                }
+                "ValidatingAdmissionPolicy" => admission::default_policy(object),
+                "ValidatingAdmissionPolicyBinding" => admission::default_binding(object),
+                _ => {}
+            },
             (Some("apps/v1"), Some("ReplicaSet" | "StatefulSet" | "DaemonSet"))
             | (Some("batch/v1"), Some("Job")) => {
                 if let Some(template) = object.pointer_mut("/spec/template") {

@@ -277,6 +277,7 @@ fn builtin_list_type(name: &str, items: &[Value]) -> ListType {
         "conditions" => &["type"],
         "ownerReferences" => &["uid"],
         "hostAliases" => &["ip"],
+        "webhooks" => &["name"],
         "topologySpreadConstraints" => &["topologyKey", "whenUnsatisfiable"],
         "ports" if items.iter().any(|e| e.get("containerPort").is_some()) => {
             &["containerPort", "protocol"]

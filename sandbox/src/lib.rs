@@ -32,6 +32,8 @@ pub mod fields;
 pub mod managed;
 /// OpenAPI v3 schemas of the built-in kinds, from k8s-openapi's schemars output.
 mod openapi;
+/// The OpenAPI v2 document (JSON or gnostic protobuf) made from the v3 ones.
+mod openapi_v2;
 /// JSON merge patch, JSON patch and strategic merge patch.
 pub mod patch;
 /// The Table columns of built-in kinds (Deployments, ReplicaSets, Pods, Services, Events).

@@ -96,6 +96,7 @@ fn patch_meta(definition: &str, field: &str) -> Option<(&'static str, &'static s
         "ports" if container => ("merge", "containerPort"),
         "ports" if definition.ends_with(".core.v1.ServiceSpec") => ("merge", "port"),
         "hostAliases" => ("merge", "ip"),
+        "webhooks" if definition.contains(".admissionregistration.") => ("merge", "name"),
         "topologySpreadConstraints" => ("merge", "topologyKey"),
         "conditions" if definition.contains(".api.") => ("merge", "type"),
         "ownerReferences" => ("merge", "uid"),

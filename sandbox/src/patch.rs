@@ -180,7 +180,8 @@ pub fn json_patch(doc: &Value, ops: &Value) -> Result<Value, String> {
 }
 
 /// The merge key of a list field, by field name (the sandbox has no per-kind schema; these are
-/// the keyed lists of the built-in kinds an operator's children use). `None`: the list is
+/// the keyed lists of the built-in kinds an operator's children use, and a webhook
+/// configuration's `webhooks`). `None`: the list is
 /// replaced. `Some("")`: a list of scalars merged as a set (finalizers).
 fn merge_key(field: &str, elements: &[Value]) -> Option<&'static str> {
     match field {
@@ -195,6 +196,7 @@ fn merge_key(field: &str, elements: &[Value]) -> Option<&'static str> {
         "conditions" => Some("type"),
         "ownerReferences" => Some("uid"),
         "hostAliases" => Some("ip"),
+        "webhooks" => Some("name"),
         "ports" => {
             if elements.iter().any(|e| e.get("containerPort").is_some()) {
                 Some("containerPort")

@@ -107,6 +107,20 @@ pub(super) fn format_selector(selector: Option<&Value>) -> String {
         .join(",")
 }
 
+/// The default table convertor's cells: the name and the creation time as RFC 3339 in UTC
+/// (Go's zero time when there is none), not an age.
+pub(super) fn name_and_created_at(obj: &Value) -> Vec<Value> {
+    let created = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map_or_else(
+            || "0001-01-01T00:00:00Z".to_owned(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
+    vec![json!(text(obj, "/metadata/name")), json!(created)]
+}
+
 pub(super) fn deployment(obj: &Value) -> Vec<Value> {
     let [containers, images] = containers_and_images(obj, "/spec/template/spec/containers");
     vec![

@@ -74,6 +74,17 @@ pub(super) const DEPLOYMENT: &[Column] = &[
     ),
 ];
 
+/// `rest.NewDefaultTableConvertor`'s columns (`apiserver/pkg/registry/rest/table.go`), which
+/// kinds without a printer of their own, CRDs among them, are served with.
+pub(super) const DEFAULT: &[Column] = &[
+    NAME,
+    column(
+        "Created At",
+        "date",
+        "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    ),
+];
+
 pub(super) const REPLICA_SET: &[Column] = &[
     NAME,
     column(

@@ -15,10 +15,10 @@ use super::context::{
     Ctx, FieldValidation, Inner, ResPath, json_response, media_type, not_found_path, parse_body,
 };
 use super::{create, delete, get, list, patch, protobuf, review, scale, update, watch};
-use crate::discovery;
 use crate::faults::RequestRecord;
 use crate::rbac::Attributes;
 use crate::status::ApiError;
+use crate::{discovery, openapi_v2};
 
 /// The API server accepts request bodies up to 3 MiB.
 const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -36,6 +36,7 @@ enum Route {
     ResourceList(String, String),
     OpenApiRoot,
     OpenApiGv(String),
+    OpenApiV2,
     Resource(ResPath),
     Unknown,
 }
@@ -53,6 +54,7 @@ fn parse_route(path: &str) -> Route {
         ["api"] => return Route::Api,
         ["apis"] => return Route::Apis,
         ["apis", g] => return Route::ApiGroup(g.to_string()),
+        ["openapi", "v2"] => return Route::OpenApiV2,
         ["openapi", "v3"] => return Route::OpenApiRoot,
         ["openapi", "v3", rest @ ..] => return Route::OpenApiGv(rest.join("/")),
         ["api", v, rest @ ..] => ("", *v, rest),
@@ -204,7 +206,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
                         parts.uri.path(),
                     );
                     access::authorize(&inner, &attrs)
-                        .and_then(|()| non_resource(&inner, &parts.method, other))
+                        .and_then(|()| non_resource(&inner, &parts.method, &parts.headers, other))
                 }
             };
             out.unwrap_or_else(IntoResponse::into_response)
@@ -231,7 +233,12 @@ struct RequestParts<'a> {
     query: &'a HashMap<String, String>,
 }
 
-fn non_resource(inner: &Arc<Inner>, method: &Method, route: Route) -> Result<Response, ApiError> {
+fn non_resource(
+    inner: &Arc<Inner>,
+    method: &Method,
+    headers: &HeaderMap,
+    route: Route,
+) -> Result<Response, ApiError> {
     if method != Method::GET {
         return Err(ApiError::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({method})"
@@ -249,6 +256,18 @@ fn non_resource(inner: &Arc<Inner>, method: &Method, route: Route) -> Result<Res
         }
         Route::OpenApiRoot => discovery::openapi_root(&registry, inner.store.lock().rv),
         Route::OpenApiGv(p) => discovery::openapi_gv(&registry, &p).ok_or_else(not_found_path)?,
+        Route::OpenApiV2 => {
+            let document = openapi_v2::document(&registry);
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            // kubectl asks for protobuf only; anyone else gets JSON, as kube-apiserver serves both.
+            if accept.is_some_and(|a| {
+                a.contains(openapi_v2::PROTOBUF_ASKED) || a.contains(openapi_v2::PROTOBUF)
+            }) {
+                let body = openapi_v2::protobuf(&document);
+                return Ok(([(header::CONTENT_TYPE, openapi_v2::PROTOBUF)], body).into_response());
+            }
+            document
+        }
         Route::Resource(_) | Route::Unknown => return Err(not_found_path()),
     };
     Ok(json_response(StatusCode::OK, &value, &[]))

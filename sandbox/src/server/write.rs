@@ -126,7 +126,7 @@ fn validate_object(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> Result<()
         return Ok(());
     }
     if let Some(policy_errors) =
-        crate::admission::prepare_policy_object(&ctx.rt.group, &ctx.rt.plural, obj)
+        crate::admission::prepare_policy_object(&ctx.rt.group, &ctx.rt.plural, obj, old)
     {
         errors.extend(policy_errors);
     }

@@ -3,6 +3,7 @@
 
 mod admission;
 mod apply_order;
+mod builtins;
 mod cel_rules;
 mod crd_validation;
 mod create;

@@ -1,21 +1,22 @@
 //! The API server's checks of ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding
-//! objects when they are written, with its defaults (`pkg/apis/admissionregistration/v1/defaults.go`)
-//! and its messages (`pkg/apis/admissionregistration/validation/validation.go`,
+//! objects, and of webhook configurations (`validation/webhooks.rs`), when they are written,
+//! with its messages (`pkg/apis/admissionregistration/validation/validation.go`,
 //! `ValidateValidatingAdmissionPolicy`, `ValidateValidatingAdmissionPolicyBinding`), plus the
 //! sandbox's own refusal of params, which it does not model.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    MatchResources, NamedRuleWithOperations, RuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, Validation,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::expressions::parse;
 use crate::schema::FieldError;
 
 mod fields;
+mod rules;
+mod webhooks;
 use fields::{Path, duplicate, forbidden, go_strings, invalid, not_supported, quote, required};
+use rules::{compile, label_selector};
 
 const GROUP: &str = "admissionregistration.k8s.io";
 
@@ -23,77 +24,34 @@ const GROUP: &str = "admissionregistration.k8s.io";
 pub const PARAMS_NOT_MODELLED: &str =
     "params are not modelled by the sandbox yet: remove paramKind and paramRef";
 
-/// Defaults then validates a written policy or binding; `None` for any other resource.
-pub(crate) fn prepare(group: &str, plural: &str, object: &mut Value) -> Option<Vec<FieldError>> {
+/// Validates a written policy, binding or webhook configuration (`old` on an update), defaulted
+/// when it was decoded (`crate::defaults`); `None` for any other resource.
+pub(crate) fn prepare(
+    group: &str,
+    plural: &str,
+    object: &Value,
+    old: Option<&Value>,
+) -> Option<Vec<FieldError>> {
     if group != GROUP {
         return None;
     }
     match plural {
-        "validatingadmissionpolicies" => {
-            default_policy(object);
-            Some(match serde_json::from_value(object.clone()) {
-                Ok(policy) => validate_policy(&policy),
-                Err(e) => vec![undecodable(e)],
-            })
-        }
-        "validatingadmissionpolicybindings" => {
-            default_binding(object);
-            Some(match serde_json::from_value(object.clone()) {
-                Ok(binding) => validate_binding(&binding),
-                Err(e) => vec![undecodable(e)],
-            })
-        }
+        "validatingadmissionpolicies" => Some(match serde_json::from_value(object.clone()) {
+            Ok(policy) => validate_policy(&policy),
+            Err(e) => vec![undecodable(e)],
+        }),
+        "validatingadmissionpolicybindings" => Some(match serde_json::from_value(object.clone()) {
+            Ok(binding) => validate_binding(&binding),
+            Err(e) => vec![undecodable(e)],
+        }),
+        "mutatingwebhookconfigurations" => Some(webhooks::validate(object, old, true)),
+        "validatingwebhookconfigurations" => Some(webhooks::validate(object, old, false)),
         _ => None,
     }
 }
 
 fn undecodable(error: serde_json::Error) -> FieldError {
     FieldError::new("", "FieldValueInvalid", format!("Invalid value: {error}"))
-}
-
-/// `SetDefaults_ValidatingAdmissionPolicySpec`, `SetDefaults_MatchResources`, `SetDefaults_Rule`.
-fn default_policy(object: &mut Value) {
-    let Some(spec) = object
-        .as_object_mut()
-        .map(|o| o.entry("spec").or_insert_with(|| json!({})))
-    else {
-        return;
-    };
-    let Some(spec) = spec.as_object_mut() else {
-        return;
-    };
-    spec.entry("failurePolicy").or_insert_with(|| json!("Fail"));
-    if let Some(constraints) = spec.get_mut("matchConstraints") {
-        default_match_resources(constraints);
-    }
-}
-
-fn default_binding(object: &mut Value) {
-    if let Some(resources) = object.pointer_mut("/spec/matchResources") {
-        default_match_resources(resources);
-    }
-}
-
-fn default_match_resources(resources: &mut Value) {
-    let Some(map) = resources.as_object_mut() else {
-        return;
-    };
-    map.entry("matchPolicy")
-        .or_insert_with(|| json!("Equivalent"));
-    map.entry("namespaceSelector").or_insert_with(|| json!({}));
-    map.entry("objectSelector").or_insert_with(|| json!({}));
-    for rules in ["resourceRules", "excludeResourceRules"] {
-        for rule in map
-            .get_mut(rules)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(rule) = rule.as_object_mut() {
-                rule.entry("scope").or_insert_with(|| json!("*"));
-            }
-        }
-    }
 }
 
 /// `validateValidatingAdmissionPolicySpec` (object metadata is checked by the write path).
@@ -124,7 +82,10 @@ pub(crate) fn validate_policy(policy: &ValidatingAdmissionPolicy) -> Vec<FieldEr
             }
         }
     }
-    errors.extend(match_conditions(&spec, &path.child("matchConditions")));
+    errors.extend(rules::match_conditions(
+        spec.match_conditions.as_deref().unwrap_or_default(),
+        &path.child("matchConditions"),
+    ));
     for (i, variable) in spec.variables.iter().flatten().enumerate() {
         let at = path.child("variables").index(i);
         if variable.name.trim().is_empty() {
@@ -159,52 +120,6 @@ pub(crate) fn validate_policy(policy: &ValidatingAdmissionPolicy) -> Vec<FieldEr
     }
     if spec.param_kind.is_some() {
         errors.push(forbidden(&path.child("paramKind"), PARAMS_NOT_MODELLED));
-    }
-    errors
-}
-
-fn match_conditions(
-    spec: &k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicySpec,
-    path: &Path,
-) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    let conditions = spec.match_conditions.as_deref().unwrap_or_default();
-    if conditions.len() > 64 {
-        errors.push(FieldError::new(
-            path.to_string(),
-            "FieldValueTooMany",
-            format!("Too many: {}: must have at most 64 items", conditions.len()),
-        ));
-    }
-    let mut names: Vec<&str> = Vec::new();
-    for (i, condition) in conditions.iter().enumerate() {
-        let at = path.index(i);
-        if condition.expression.trim().is_empty() {
-            errors.push(required(&at.child("expression"), ""));
-        } else {
-            errors.extend(compile(
-                condition.expression.trim(),
-                &at.child("expression"),
-            ));
-        }
-        if condition.name.is_empty() {
-            errors.push(required(&at.child("name"), ""));
-        } else {
-            for message in fields::qualified_name(&condition.name) {
-                errors.push(invalid(
-                    &at.child("name"),
-                    &quote(&condition.name),
-                    &message,
-                ));
-            }
-        }
-        if !condition.name.is_empty() {
-            if names.contains(&condition.name.as_str()) {
-                errors.push(duplicate(&at.child("name"), &quote(&condition.name)));
-            } else {
-                names.push(&condition.name);
-            }
-        }
     }
     errors
 }
@@ -255,16 +170,6 @@ fn validate_validation(validation: &Validation, path: &Path) -> Vec<FieldError> 
     errors
 }
 
-/// A syntax error as the compiler reports it; the sandbox does not type-check.
-fn compile(expression: &str, path: &Path) -> Option<FieldError> {
-    let error = parse(expression).err()?;
-    Some(invalid(
-        path,
-        &quote(expression),
-        &format!("compilation failed: {error}"),
-    ))
-}
-
 /// `validateMatchResources`.
 fn match_resources(resources: &MatchResources, path: &Path) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -299,32 +204,6 @@ fn match_resources(resources: &MatchResources, path: &Path) -> Vec<FieldError> {
     errors
 }
 
-/// `ValidateLabelSelector`'s operator and values checks.
-fn label_selector(selector: &LabelSelector, path: &Path) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    for (i, requirement) in selector.match_expressions.iter().flatten().enumerate() {
-        let at = path.child("matchExpressions").index(i);
-        let values = requirement.values.as_deref().unwrap_or_default();
-        match requirement.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => errors.push(required(
-                &at.child("values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(forbidden(
-                &at.child("values"),
-                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-            )),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => errors.push(invalid(
-                &at.child("operator"),
-                &quote(other),
-                "not a valid selector operator",
-            )),
-        }
-    }
-    errors
-}
-
 /// `validateNamedRuleWithOperations` and `validateRuleWithOperations` (subresources allowed).
 fn named_rule(rule: &NamedRuleWithOperations, path: &Path) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -351,70 +230,16 @@ fn named_rule(rule: &NamedRuleWithOperations, path: &Path) -> Vec<FieldError> {
             names.push(name);
         }
     }
-    let operations = rule.operations.as_deref().unwrap_or_default();
-    if operations.is_empty() {
-        errors.push(required(&path.child("operations"), ""));
-    }
-    if operations.len() > 1 && operations.iter().any(|o| o == "*") {
-        let value = go_strings("admissionregistration.OperationType", operations);
-        errors.push(invalid(
-            &path.child("operations"),
-            &value,
-            "if '*' is present, must not specify other operations",
-        ));
-    }
-    let supported = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
-    for (i, operation) in operations.iter().enumerate() {
-        if !supported.contains(&operation.as_str()) {
-            errors.push(not_supported(
-                &path.child("operations").index(i),
-                operation,
-                &supported,
-            ));
-        }
-    }
-    let groups = rule.api_groups.as_deref().unwrap_or_default();
-    if groups.is_empty() {
-        errors.push(required(&path.child("apiGroups"), ""));
-    }
-    if groups.len() > 1 && groups.iter().any(|g| g == "*") {
-        let value = go_strings("string", groups);
-        errors.push(invalid(
-            &path.child("apiGroups"),
-            &value,
-            "if '*' is present, must not specify other API groups",
-        ));
-    }
-    let versions = rule.api_versions.as_deref().unwrap_or_default();
-    if versions.is_empty() {
-        errors.push(required(&path.child("apiVersions"), ""));
-    }
-    if versions.len() > 1 && versions.iter().any(|v| v == "*") {
-        let value = go_strings("string", versions);
-        errors.push(invalid(
-            &path.child("apiVersions"),
-            &value,
-            "if '*' is present, must not specify other API versions",
-        ));
-    }
-    for (i, version) in versions.iter().enumerate() {
-        if version.is_empty() {
-            errors.push(required(&path.child("apiVersions").index(i), ""));
-        }
-    }
-    errors.extend(fields::resources(
-        rule.resources.as_deref().unwrap_or_default(),
-        &path.child("resources"),
+    errors.extend(rules::rule_with_operations(
+        &RuleWithOperations {
+            api_groups: rule.api_groups.clone(),
+            api_versions: rule.api_versions.clone(),
+            operations: rule.operations.clone(),
+            resources: rule.resources.clone(),
+            scope: rule.scope.clone(),
+        },
+        path,
     ));
-    if let Some(scope) = rule.scope.as_deref()
-        && !["*", "Cluster", "Namespaced"].contains(&scope)
-    {
-        errors.push(not_supported(
-            &path.child("scope"),
-            scope,
-            &["*", "Cluster", "Namespaced"],
-        ));
-    }
     errors
 }
 
