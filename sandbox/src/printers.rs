@@ -1,5 +1,6 @@
 //! The Table columns kube-apiserver prints for built-in kinds (Deployments, ReplicaSets, Pods,
-//! Services, Events), as `pkg/printers/internalversion/printers.go` defines them.
+//! Services, Events), as `pkg/printers/internalversion/printers.go` defines them, and the
+//! default Table CRDs are served with.
 //!
 //! The server always prints the wide form (`GenerateOptions{Wide: true}` in
 //! `pkg/printers/storage/storage.go`): every column is sent, and kubectl hides those of
@@ -11,9 +12,9 @@ mod columns;
 use serde_json::{Value, json};
 
 pub use cells::human_duration;
-use cells::{deployment, event, pod, replica_set, service};
+use cells::{created_at, deployment, event, pod, replica_set, service};
 pub use columns::Column;
-use columns::{DEPLOYMENT, EVENT, POD, REPLICA_SET, SERVICE};
+use columns::{DEFAULT, DEPLOYMENT, EVENT, POD, REPLICA_SET, SERVICE};
 
 /// The cells of one object, one per column.
 pub type Cells = fn(&Value) -> Vec<Value>;
@@ -35,6 +36,7 @@ impl Printer {
             ("", "Pod") => (POD, pod as Cells),
             ("", "Service") => (SERVICE, service as Cells),
             ("" | "events.k8s.io", "Event") => (EVENT, event as Cells),
+            ("apiextensions.k8s.io", "CustomResourceDefinition") => (DEFAULT, created_at as Cells),
             _ => return None,
         };
         Some(Printer { columns, cells })

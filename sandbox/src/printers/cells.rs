@@ -107,6 +107,14 @@ pub(super) fn format_selector(selector: Option<&Value>) -> String {
         .join(",")
 }
 
+/// The default Table's cells: the name and the creation time (RFC 3339, UTC, as stored).
+pub(super) fn created_at(obj: &Value) -> Vec<Value> {
+    vec![
+        json!(text(obj, "/metadata/name")),
+        json!(text(obj, "/metadata/creationTimestamp")),
+    ]
+}
+
 pub(super) fn deployment(obj: &Value) -> Vec<Value> {
     let [containers, images] = containers_and_images(obj, "/spec/template/spec/containers");
     vec![

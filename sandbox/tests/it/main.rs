@@ -3,6 +3,7 @@
 
 mod admission;
 mod apply_order;
+mod bundles;
 mod cel_rules;
 mod crd_validation;
 mod create;
