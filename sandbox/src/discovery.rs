@@ -197,7 +197,7 @@ pub fn openapi_gv(registry: &Registry, gv_path_requested: &str) -> Option<Value>
         if t.crd.is_none() && typed.iter().any(|(kind, _)| *kind == t.kind) {
             continue;
         }
-        let mut schema = t.openapi_schema.clone().unwrap_or_else(
+        let mut schema = t.schema.as_ref().map(|s| s.raw().clone()).unwrap_or_else(
             || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
         );
         if let Some(m) = schema.as_object_mut() {

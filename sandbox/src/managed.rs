@@ -302,6 +302,7 @@ impl Writer<'_> {
         let mut merged = fields::merge(live, &scoped_config, shape, "");
         let set = fields::changed(Some(&self.scoped(live)), &self.scoped(&merged), shape, "");
         let mut conflicts = Vec::new();
+        let mut conflicting = FieldSet::default();
         for e in entries.iter_mut() {
             if e.is(self.manager, Operation::Apply, self.subresource) {
                 continue;
@@ -313,9 +314,11 @@ impl Writer<'_> {
             for path in theirs.members() {
                 conflicts.push((e.clone(), path));
             }
+            conflicting = conflicting.union(&theirs);
             e.fields = e.fields.difference(&theirs);
         }
-        if !conflicts.is_empty() && !force {
+        if !conflicts.is_empty() && !force && !self.takes_over_client_side_apply(live, &conflicting)
+        {
             conflicts.sort_by(|(a, p), (b, q)| {
                 (&a.manager, a.operation, &a.api_version, &a.subresource, p).cmp(&(
                     &b.manager,
@@ -358,11 +361,36 @@ impl Writer<'_> {
         }
         Ok(merged)
     }
+
+    /// Whether kubectl's server-side apply may take `conflicting` because its client-side apply
+    /// set them: kube-apiserver forces an apply by the manager `kubectl` whose conflicts all
+    /// lie among the fields of the object's last-applied-configuration annotation
+    /// (`lastAppliedManager` in apimachinery's `pkg/util/managedfields/internal/
+    /// lastappliedmanager.go`), so `kubectl apply --server-side` over what `kubectl apply`
+    /// made does not conflict where the server's defaults changed an atomic list it sent.
+    fn takes_over_client_side_apply(&self, live: &Value, conflicting: &FieldSet) -> bool {
+        if self.manager != "kubectl" {
+            return false;
+        }
+        let Some(last_applied) = live
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(LAST_APPLIED))
+            .and_then(Value::as_str)
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        else {
+            return false;
+        };
+        let allowed = fields::object_set(&last_applied, self.shape());
+        conflicting.difference(&allowed).is_empty()
+    }
 }
+
+/// The annotation kubectl's client-side apply keeps its configuration in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Whether two versions of an object differ at most in their managedFields' times: a no-op
 /// write keeps the stored times (`IgnoreManagedFieldsTimestampsTransformer`).
-fn same_but_times(old: &Value, new: &Value) -> bool {
+pub fn same_but_times(old: &Value, new: &Value) -> bool {
     let untimed = |v: &Value| {
         let mut v = v.clone();
         if let Some(Value::Array(list)) = v.pointer_mut("/metadata/managedFields") {
@@ -496,5 +524,39 @@ mod tests {
             conflict_error(&conflicts).message,
             "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.paused\n- .spec.replicas"
         );
+    }
+
+    #[test]
+    fn kubectls_apply_takes_over_what_its_client_side_apply_set_and_no_more() {
+        let rt = deployments();
+        // What `kubectl apply` made: its configuration in the annotation, its fields owned
+        // by `kubectl-client-side-apply`; `spec.paused` was set by the configuration too.
+        let config = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"}, "spec": {"replicas": 1, "paused": false}});
+        let mut live = config.clone();
+        live["metadata"]["annotations"] =
+            json!({LAST_APPLIED: serde_json::to_string(&config).unwrap()});
+        Writer {
+            rt: &rt,
+            subresource: "",
+            manager: "kubectl-client-side-apply",
+        }
+        .created(&mut live, None);
+        let mut changed = config.clone();
+        changed["spec"]["paused"] = json!(true);
+        let writer = |manager| Writer {
+            rt: &rt,
+            subresource: "",
+            manager,
+        };
+        let taken = writer("kubectl").apply(&live, &changed, false).unwrap();
+        assert_eq!(taken["spec"]["paused"], true);
+        assert_eq!(
+            writer("other").apply(&live, &changed, false).unwrap_err()[0].1,
+            ["f:spec", "f:paused"]
+        );
+        // A field the annotation does not name stays a conflict, for kubectl too.
+        live["metadata"]["annotations"] = json!({LAST_APPLIED: "{\"spec\": {}}"});
+        assert!(writer("kubectl").apply(&live, &changed, false).is_err());
     }
 }

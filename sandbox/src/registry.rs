@@ -32,10 +32,9 @@ pub struct ResourceType {
     pub generation: bool,
     /// The CRD that registered this type, by name, if any.
     pub crd: Option<String>,
-    /// The structural schema of a custom resource version.
+    /// The structural schema of a custom resource version; its `raw()` JSON is also what the
+    /// OpenAPI documents publish (one copy per version, however big the CRD).
     pub schema: Option<Arc<CrdSchema>>,
-    /// The CRD's `openAPIV3Schema` as JSON, for the OpenAPI documents.
-    pub openapi_schema: Option<serde_json::Value>,
     /// A CRD version's `additionalPrinterColumns` (empty: Name and Age).
     pub printer_columns: Vec<PrinterColumn>,
     /// Where the `scale` subresource reads and writes, if served.
@@ -194,7 +193,6 @@ impl Registry {
                 generation: b.generation,
                 crd: None,
                 schema: None,
-                openapi_schema: None,
                 printer_columns: Vec::new(),
                 scale: (b.kind == "Deployment").then(|| ScalePaths {
                     spec_replicas: ".spec.replicas".into(),
@@ -276,11 +274,6 @@ impl Registry {
         for v in spec.versions.iter().filter(|v| v.served) {
             let schema = CrdSchema::from_crd(crd, &v.name)
                 .map_err(|e| CrdRejected(format!("spec.versions[{}].schema: {e}", v.name)))?;
-            let openapi_schema = v
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .and_then(|s| serde_json::to_value(s).ok());
             let subresources = v.subresources.as_ref();
             new.push(ResourceType {
                 group: spec.group.clone(),
@@ -299,7 +292,6 @@ impl Registry {
                 generation: true,
                 crd: Some(name.clone()),
                 schema: Some(Arc::new(schema)),
-                openapi_schema,
                 printer_columns: v
                     .additional_printer_columns
                     .iter()

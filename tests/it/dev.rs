@@ -9,8 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-struct Dev {
-    child: Child,
+/// A running `dev` child process and the lines it printed on starting; killed on drop.
+pub(crate) struct Dev {
+    pub(crate) child: Child,
     lines: Vec<String>,
 }
 
@@ -22,7 +23,7 @@ impl Drop for Dev {
 }
 
 /// Starts `dev` on free ports and reads what it prints up to "Ctrl-C stops everything.".
-fn start_dev(state_dir: &std::path::Path) -> Dev {
+pub(crate) fn start_dev(state_dir: &std::path::Path) -> Dev {
     start_dev_with(state_dir, &[])
 }
 
@@ -71,7 +72,8 @@ fn start_dev_with(state_dir: &std::path::Path, extra: &[&str]) -> Dev {
     Dev { child, lines }
 }
 
-fn printed<'a>(dev: &'a Dev, prefix: &str) -> &'a str {
+/// The rest of the first line `dev` printed that starts with `prefix`.
+pub(crate) fn printed<'a>(dev: &'a Dev, prefix: &str) -> &'a str {
     dev.lines
         .iter()
         .find_map(|l| l.strip_prefix(prefix))

@@ -3,6 +3,7 @@
 mod admission;
 mod alerts;
 mod binary;
+mod bundle_memory;
 mod chaos;
 mod check;
 mod crash;

@@ -4,7 +4,7 @@
 pub struct Column {
     /// Header (kubectl prints it upper-cased).
     pub name: &'static str,
-    /// `string` or `integer`.
+    /// `string`, `integer` or `date`.
     pub type_: &'static str,
     /// `name` for the object's name column, else empty.
     pub format: &'static str,
@@ -51,6 +51,17 @@ const IMAGES: Column = wide(
     "Images",
     "Images referenced by each container in the template.",
 );
+
+/// The API server's default Table (`rest.NewDefaultTableConvertor` in
+/// `apiserver/pkg/registry/rest/table.go`), which apiextensions-apiserver serves CRDs with.
+pub(super) const DEFAULT: &[Column] = &[
+    NAME,
+    column(
+        "Created At",
+        "date",
+        "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    ),
+];
 
 pub(super) const DEPLOYMENT: &[Column] = &[
     NAME,

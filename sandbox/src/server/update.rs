@@ -132,7 +132,16 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
             new["status"]["conditions"] = conditions.clone();
         }
     }
-    if new == *old {
+    // Nothing but managedFields' times changed, judged on the object about to be stored
+    // (after defaults and admission): the stored times stay and nothing is written
+    // (`IgnoreManagedFieldsTimestampsTransformer`, the storage's last update transformer). An
+    // apply whose merge differs from the stored object only until the defaults fill in again,
+    // such as an atomic list the server defaulted inside, is such a write.
+    let managed = "/metadata/managedFields";
+    if new == *old
+        || (new.pointer(managed) != old.pointer(managed)
+            && crate::managed::same_but_times(old, &new))
+    {
         return Ok(Commit::Done(StatusCode::OK, old.clone()));
     }
     if ctx.dry_run {

@@ -1,6 +1,6 @@
 //! Gateway API's own validation cases (`tests/cel/*_test.go`, which its CI runs against
 //! kube-apiserver 1.33 with the standard channel's CRDs), ported as data in
-//! `tests/data/crds/gateway-api/cel-cases.yaml` and run here through the kube client as
+//! `tests/data/crds/gateway-api-cel-cases.yaml` and run here through the kube client as
 //! upstream runs them: create; for an update case create then update; for a status case create
 //! then write `/status`. A case is upstream's record of what 1.33 accepts and refuses, so a
 //! failing one is the sandbox's fault: it is fixed, or kept as a known `gap:` in the data,
@@ -118,7 +118,7 @@ async fn gateway_apis_own_validation_cases_answer_as_kube_apiserver_1_33() {
         resources.insert(resource.kind.clone(), resource);
     }
     let tests: Vec<Test> =
-        serde_saphyr::from_str(&vendored_crd("gateway-api/cel-cases.yaml")).unwrap();
+        serde_saphyr::from_str(&vendored_crd("gateway-api-cel-cases.yaml")).unwrap();
 
     let (mut cases, mut gaps) = (0, Vec::new());
     let mut failures = Vec::new();

@@ -4,6 +4,7 @@
 mod admission;
 mod apply_order;
 mod builtins;
+mod bundles;
 mod cel_rules;
 mod crd_validation;
 mod create;

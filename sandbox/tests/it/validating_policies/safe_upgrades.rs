@@ -1,6 +1,6 @@
 //! Gateway API's safe-upgrades ValidatingAdmissionPolicy and Binding (vendored in
-//! `tests/data/gateway-api/` with their provenance): they install with kubectl, client-side and
-//! server-side, and refuse what upstream means them to refuse, with the API server's texts.
+//! `tests/data/crds/gateway-api/` with their provenance): they install with kubectl, client-side
+//! and server-side, and refuse what upstream means them to refuse, with the API server's texts.
 
 use crate::support::kubectl::{served_kubectl, stderr, stdout};
 
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 /// The Gateway API bundle's policy and binding.
 const SAFE_UPGRADES: &str =
-    include_str!("../../data/gateway-api/gateway.networking.k8s.io_vap_safeupgrades.yaml");
+    include_str!("../../data/crds/gateway-api/gateway.networking.k8s.io_vap_safeupgrades.yaml");
 
 /// A CRD in Gateway API's group, stamped with a bundle version and channel.
 fn gateway_crd(version: &str, channel: &str) -> Value {
