@@ -25,7 +25,9 @@
 //! (worker threads of the bench's runtime, which serves the sandbox; default CONCURRENCY + 2),
 //! `MYAPP_BENCH_ROLLOUT_MS` (how long the sandbox's simulated rollout of a new Deployment
 //! template takes; default 1500, longer than a second as in a cluster, so the operator's
-//! writes while a rollout runs are counted as a cluster would draw them).
+//! writes while a rollout runs are counted as a cluster would draw them),
+//! `MYAPP_BENCH_OPERATOR_ARGS` (more flags for `run`, split at whitespace, e.g.
+//! `--list-page-size 500`).
 
 #[path = "operator/edits.rs"]
 mod edits;
@@ -241,11 +243,13 @@ where
 }
 
 /// Waits until the operator has finished `more` reconciles after `from` (by its own counter).
+/// Every look is a scrape the operator pays for, counted apart by [`ScrapeCost`]; five a
+/// second keep that small beside a resync, whose duration the bench does not report.
 async fn reconciled(admin: SocketAddr, from: u64, more: usize, what: &str) -> Outcome<()> {
     wait_until(
         what,
         deadline(more),
-        Duration::from_millis(50),
+        Duration::from_millis(200),
         move || async move {
             match probe::reconciles(admin).await {
                 Ok(n) if n >= from + more as u64 => None,
@@ -258,6 +262,43 @@ async fn reconciled(admin: SocketAddr, from: u64, more: usize, what: &str) -> Ou
 }
 
 type Outcome<T> = Result<T, String>;
+
+/// The operator's CPU for one scrape of its metrics by the bench, measured at rest: what the
+/// bench's own looks cost it, taken out of the CPU a resync or relist is reported with.
+#[derive(Clone, Copy)]
+struct ScrapeCost {
+    seconds: f64,
+}
+
+impl ScrapeCost {
+    /// Enough scrapes for the cost to stand well above the 10 ms tick of `/proc/<pid>/stat`.
+    const SAMPLES: u32 = 200;
+
+    async fn measure(admin: SocketAddr, pid: u32) -> Outcome<Self> {
+        let before = cpu_seconds(pid)?;
+        for _ in 0..Self::SAMPLES {
+            probe::reconciles(admin).await?;
+        }
+        let spent = cpu_seconds(pid)? - before;
+        if spent <= 0.0 {
+            return Err(format!(
+                "{} scrapes of the operator's metrics cost it no CPU by /proc/{pid}/stat: the \
+                 bench cannot take them out of what it reports",
+                Self::SAMPLES
+            ));
+        }
+        Ok(Self {
+            seconds: spent / f64::from(Self::SAMPLES),
+        })
+    }
+
+    /// The operator's CPU `cpu` over a step in which the bench scraped `scrapes` times: the
+    /// step's own, and the scrapes' share.
+    fn split(self, cpu: f64, scrapes: u64) -> (f64, f64) {
+        let scraped = self.seconds * scrapes as f64;
+        (cpu - scraped, scraped)
+    }
+}
 
 /// How long a step over `apps` MyApps may take before the bench gives up on it: 2 minutes, or
 /// 20 ms per MyApp (far slower than any run measured) for big runs.
@@ -348,6 +389,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     // MYAPP_BENCH_WRAPPER runs the operator under a profiler, e.g. `heaptrack -o /tmp/op`; RSS
     // and CPU are then read from the operator's own process, found under the wrapper.
     let wrapper = std::env::var("MYAPP_BENCH_WRAPPER").unwrap_or_default();
+    let extra_args = std::env::var("MYAPP_BENCH_OPERATOR_ARGS").unwrap_or_default();
     // Short, so that the resync below is measured soon, but at least 2 ms per MyApp: with
     // 100,000 MyApps a 10 s resync asked for 10,000 reconciles a second, and the operator spent
     // the run on resyncs (2.7 million reconciles in 13 minutes) instead of converging.
@@ -377,6 +419,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
             &format!("{}s", resync.as_secs()),
         ])
         .args(["--concurrency", &concurrency.to_string()])
+        .args(extra_args.split_whitespace())
         .arg("--cert-dir")
         .arg(dir.path().join("certs"))
         .env("KUBECONFIG", dir.path().join("kubeconfig"))
@@ -431,6 +474,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss(pid);
     let idle_kib = status_kib(pid, "VmRSS");
+    let scrape_cost = ScrapeCost::measure(admin, pid).await?;
 
     sandbox.faults().clear_requests();
     let cpu_idle = cpu_seconds(pid)?;
@@ -480,10 +524,13 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     // A resync: every MyApp's requeue comes due (`resync`, jittered) and it is reconciled again.
     sandbox.faults().clear_requests();
     let mark = probe::reconciles(admin).await?;
-    let cpu_before = cpu_seconds(pid)?;
+    let (cpu_before, scrapes_before) = (cpu_seconds(pid)?, probe::scrapes());
     reconciled(admin, mark, apps, "a resync of every MyApp").await?;
     let resync = requests::of(&sandbox, &agent);
-    let cpu_resync = cpu_seconds(pid)? - cpu_before;
+    let (cpu_resync, resync_scraped) = scrape_cost.split(
+        cpu_seconds(pid)? - cpu_before,
+        probe::scrapes() - scrapes_before,
+    );
 
     // A relist of every watch, as after an API server restart: each resumes, gets 410 Gone and
     // lists again (the reflector holds a second copy of its cache until the list is done), and
@@ -495,7 +542,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     }
     sandbox.faults().close_watches();
     let relist_start = Instant::now();
-    let cpu_before = cpu_seconds(pid)?;
+    let (cpu_before, scrapes_before) = (cpu_seconds(pid)?, probe::scrapes());
     let peak_kib = std::cell::Cell::new(0);
     wait_until(
         "a relist of every watch",
@@ -521,7 +568,10 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     reconciled(admin, mark, apps, "every MyApp reconciled after the relist").await?;
     let relist = requests::of(&sandbox, &agent);
     let relisted_rss = rss(pid);
-    let cpu_relist = cpu_seconds(pid)? - cpu_before;
+    let (cpu_relist, relist_scraped) = scrape_cost.split(
+        cpu_seconds(pid)? - cpu_before,
+        probe::scrapes() - scrapes_before,
+    );
 
     // Edits during rollouts: every MyApp's image edited, then edited again while the rollout of
     // the first edit runs (see `operator/edits.rs`), until every MyApp converged on the last.
@@ -644,7 +694,10 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let loader_rate = apps as f64 / loader.as_secs_f64();
     let size = std::fs::metadata(&binary).map_or(0, |m| m.len());
     let per_app_ms = |cpu: f64| cpu * 1000.0 / apps as f64;
-    println!("apps={apps} concurrency={concurrency} simulated rollout={rollout:?}");
+    println!(
+        "apps={apps} concurrency={concurrency} simulated rollout={rollout:?} more flags={:?}",
+        extra_args.trim()
+    );
     println!(
         "binary: {} ({:.1} MB); requests attributed by User-Agent {agent:?}",
         binary.display(),
@@ -682,7 +735,12 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         "operator requests in flight at once (watches excepted): at most {peak_in_flight}; watches open: {watches}"
     );
     println!(
-        "operator requests during a resync of every MyApp: {}; CPU {cpu_resync:.2} s = {:.3} ms per MyApp",
+        "one scrape of the operator's metrics by the bench costs it {:.3} ms (at rest, over {})",
+        scrape_cost.seconds * 1000.0,
+        ScrapeCost::SAMPLES
+    );
+    println!(
+        "operator requests during a resync of every MyApp: {}; CPU {cpu_resync:.2} s = {:.3} ms per MyApp, besides {resync_scraped:.2} s for the bench's scrapes",
         resync.per_app(apps),
         per_app_ms(cpu_resync)
     );
@@ -691,7 +749,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         peak_kib.get() as f64 / 1024.0
     );
     println!(
-        "operator requests during the relist: {}; CPU until every MyApp was reconciled again {cpu_relist:.2} s = {:.3} ms per MyApp",
+        "operator requests during the relist: {}; CPU until every MyApp was reconciled again {cpu_relist:.2} s = {:.3} ms per MyApp, besides {relist_scraped:.2} s for the bench's scrapes",
         relist.per_app(apps),
         per_app_ms(cpu_relist)
     );

@@ -313,6 +313,12 @@ pub struct ControllerArgs {
     /// Deadline of one reconcile.
     #[arg(long, env = "MYAPP_RECONCILE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub reconcile_timeout: Duration,
+    /// Objects per page when a watch lists (at start, and again after the API server expires
+    /// it). Bigger pages list faster in fewer requests; each page is held in memory while it
+    /// is read.
+    #[arg(long, env = "MYAPP_LIST_PAGE_SIZE", default_value_t = crate::controller::Config::default().page_size,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub list_page_size: u32,
 }
 
 /// Admission (webhook rule) flags.

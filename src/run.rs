@@ -178,6 +178,7 @@ pub fn controller_config(args: &ControllerArgs, instance: Option<String>) -> con
         concurrency: args.concurrency,
         resync: args.resync,
         reconcile_timeout: args.reconcile_timeout,
+        page_size: args.list_page_size,
         instance,
         ..controller::Config::default()
     }

@@ -260,8 +260,18 @@ pub async fn first_admitted_review(
     Ok(answered)
 }
 
+/// How many times the bench has scraped the operator's metrics: each scrape costs the
+/// operator CPU, which the bench takes out of what it reports for a resync or relist.
+static SCRAPES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of scrapes so far.
+pub fn scrapes() -> u64 {
+    SCRAPES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The operator's metrics, scraped from its admin server at `admin`.
 async fn scrape(admin: SocketAddr) -> Result<String, String> {
+    SCRAPES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tcp = tokio::net::TcpStream::connect(admin)
         .await
         .map_err(|e| format!("admin server {admin}: {e}"))?;

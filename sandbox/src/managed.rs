@@ -364,10 +364,12 @@ impl Writer<'_> {
 
     /// Whether kubectl's server-side apply may take `conflicting` because its client-side apply
     /// set them: kube-apiserver forces an apply by the manager `kubectl` whose conflicts all
-    /// lie among the fields of the object's last-applied-configuration annotation
-    /// (`lastAppliedManager` in apimachinery's `pkg/util/managedfields/internal/
-    /// lastappliedmanager.go`), so `kubectl apply --server-side` over what `kubectl apply`
-    /// made does not conflict where the server's defaults changed an atomic list it sent.
+    /// lie among the fields of the object's last-applied-configuration annotation that still
+    /// hold the value it gives them (`lastAppliedManager` in apimachinery's
+    /// `pkg/util/managedfields/internal/lastappliedmanager.go`: the annotation's fields less
+    /// those the live object modified or removed). So `kubectl apply --server-side` over what
+    /// `kubectl apply` made takes what it set, but not an atomic list the server's defaults
+    /// changed (a rule's `scope`), which conflicts as on a cluster.
     fn takes_over_client_side_apply(&self, live: &Value, conflicting: &FieldSet) -> bool {
         if self.manager != "kubectl" {
             return false;
@@ -380,7 +382,10 @@ impl Writer<'_> {
         else {
             return false;
         };
-        let allowed = fields::object_set(&last_applied, self.shape());
+        let shape = self.shape();
+        let allowed = fields::object_set(&last_applied, shape)
+            .difference(&fields::changed(Some(&last_applied), live, shape, ""))
+            .difference(&fields::removed(&last_applied, Some(live), shape, ""));
         conflicting.difference(&allowed).is_empty()
     }
 }

@@ -52,17 +52,6 @@ const IMAGES: Column = wide(
     "Images referenced by each container in the template.",
 );
 
-/// The API server's default Table (`rest.NewDefaultTableConvertor` in
-/// `apiserver/pkg/registry/rest/table.go`), which apiextensions-apiserver serves CRDs with.
-pub(super) const DEFAULT: &[Column] = &[
-    NAME,
-    column(
-        "Created At",
-        "date",
-        "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    ),
-];
-
 pub(super) const DEPLOYMENT: &[Column] = &[
     NAME,
     column("Ready", "string", "Number of the pod with ready state"),
