@@ -42,7 +42,10 @@ pub struct Config {
     pub backoff_base: Duration,
     /// Longest retry delay.
     pub backoff_cap: Duration,
-    /// Objects per page when a watch (re)lists: keeps relist memory peaks down.
+    /// Objects per page when a watch (re)lists. Each page is held in memory while it is read,
+    /// and each costs a request and its round trip: the default is where bigger pages stop
+    /// making a relist faster and only make its peak higher (`benches/README.md`, "List page
+    /// size").
     pub page_size: u32,
     /// Name of this replica for Events (the pod name in a cluster).
     pub instance: Option<String>,
@@ -56,7 +59,7 @@ impl Default for Config {
             reconcile_timeout: Duration::from_secs(30),
             backoff_base: Duration::from_millis(500),
             backoff_cap: Duration::from_secs(300),
-            page_size: 50,
+            page_size: 250,
             instance: None,
         }
     }
