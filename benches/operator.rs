@@ -263,6 +263,12 @@ async fn reconciled(admin: SocketAddr, from: u64, more: usize, what: &str) -> Ou
 
 type Outcome<T> = Result<T, String>;
 
+/// A phase's headline on stderr as soon as it is measured, so that a long run stopped before
+/// its report (the full figures come at the end, on stdout) still says what it measured.
+fn progress(line: &str) {
+    eprintln!("[bench] {line}");
+}
+
 /// The operator's CPU for one scrape of its metrics by the bench, measured at rest: what the
 /// bench's own looks cost it, taken out of the CPU a resync or relist is reported with.
 #[derive(Clone, Copy)]
@@ -520,6 +526,10 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let loaded_rss = rss(pid);
     let loaded_kib = status_kib(pid, "VmRSS");
     let cpu_converging = cpu_seconds(pid)? - cpu_idle;
+    progress(&format!(
+        "converged {converged_after:?} after the first create; operator CPU {:.3} ms per MyApp, RSS {loaded_rss}",
+        cpu_converging * 1000.0 / apps as f64
+    ));
 
     // A resync: every MyApp's requeue comes due (`resync`, jittered) and it is reconciled again.
     sandbox.faults().clear_requests();
@@ -531,6 +541,10 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         cpu_seconds(pid)? - cpu_before,
         probe::scrapes() - scrapes_before,
     );
+    progress(&format!(
+        "resync: operator CPU {:.3} ms per MyApp",
+        cpu_resync * 1000.0 / apps as f64
+    ));
 
     // A relist of every watch, as after an API server restart: each resumes, gets 410 Gone and
     // lists again (the reflector holds a second copy of its cache until the list is done), and
@@ -572,6 +586,11 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         cpu_seconds(pid)? - cpu_before,
         probe::scrapes() - scrapes_before,
     );
+    progress(&format!(
+        "relist: {relisted_after:?}, RSS peak {:.1} MiB, operator CPU {:.3} ms per MyApp",
+        peak_kib.get() as f64 / 1024.0,
+        cpu_relist * 1000.0 / apps as f64
+    ));
 
     // Edits during rollouts: every MyApp's image edited, then edited again while the rollout of
     // the first edit runs (see `operator/edits.rs`), until every MyApp converged on the last.
@@ -591,6 +610,9 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     .map_err(|e| format!("{e} ({} of {apps} not converged)", observed.waiting()))?;
     let edited_after = edits_start.elapsed();
     let cpu_edits = cpu_seconds(pid)? - cpu_before;
+    progress(&format!(
+        "edits: converged {edited_after:?} after the first edit"
+    ));
     let edited = requests::of(&sandbox, &agent);
     let conflicts = requests::answered(&sandbox, &agent, |status| status == 409);
     let refused = requests::answered(&sandbox, &agent, |status| status >= 400 && status != 409);
