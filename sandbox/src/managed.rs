@@ -551,6 +551,37 @@ mod tests {
     }
 
     #[test]
+    fn objects_that_differ_only_in_managed_fields_times_are_the_same() {
+        let entry = |time: Option<&str>, manager: &str| {
+            let mut e =
+                json!({"manager": manager, "operation": "Apply", "fieldsV1": {"f:spec": {}}});
+            if let Some(time) = time {
+                e["time"] = json!(time);
+            }
+            e
+        };
+        let object = |entries: Vec<Value>| json!({"kind": "X", "metadata": {"name": "a", "managedFields": entries}, "spec": {"n": 1}});
+        let old = object(vec![entry(Some("2024-01-01T00:00:00Z"), "a")]);
+        assert!(same_but_times(
+            &old,
+            &object(vec![entry(Some("2025-01-01T00:00:00Z"), "a")])
+        ));
+        assert!(same_but_times(&old, &object(vec![entry(None, "a")])));
+        assert!(!same_but_times(&old, &object(vec![entry(None, "b")])));
+        assert!(!same_but_times(&old, &object(vec![])));
+        let mut other_spec = old.clone();
+        other_spec["spec"]["n"] = json!(2);
+        assert!(!same_but_times(&old, &other_spec));
+        let mut unmanaged = old.clone();
+        unmanaged["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        assert!(!same_but_times(&old, &unmanaged));
+        assert!(same_but_times(&unmanaged, &unmanaged.clone()));
+    }
+
+    #[test]
     fn several_conflicts_are_grouped_by_manager() {
         let rt = deployments();
         let live = json!({"apiVersion": "apps/v1", "kind": "Deployment",
