@@ -162,19 +162,8 @@ impl Rules {
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("");
-        // `oldSelf` is converted only for a node where something can read it: a transition
-        // rule, an `optionalOldSelf` rule or a message expression. The root's rules see the
-        // whole object, and converting the old one too for rules that never read it doubled
-        // the cost of every update's rules.
-        let reads_old = node.compiled.validations.iter().flatten().any(|rule| {
-            rule.is_transition_rule
-                || rule.rule.optional_old_self == Some(true)
-                || rule.message_program.is_some()
-        });
         let this = value::to_cel(value, node.schema);
-        let old = old
-            .filter(|_| reads_old)
-            .map(|o| value::to_cel(o, node.schema));
+        let old = old.map(|o| value::to_cel(o, node.schema));
         let mut scope = self.context.new_inner_scope();
         scope.add_variable_from_value("self", this);
         if let Some(old) = &old {
