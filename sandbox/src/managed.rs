@@ -2,7 +2,7 @@
 //! kube-apiserver's field manager keeps them (one entry per manager, operation and subresource),
 //! and the conflicts of a server-side apply.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::fields::{self, FieldSet, Path, Shape};
 use crate::registry::ResourceType;
@@ -122,25 +122,40 @@ fn encode(obj: &mut Value, mut entries: Vec<Entry>) {
         meta.remove("managedFields");
         return;
     }
+    // Built member by member: `json!` would serialize the `fieldsV1` tree into a second copy.
+    let text = |s: &str| Value::String(s.to_owned());
     let list: Vec<Value> = entries
-        .iter()
+        .into_iter()
         .map(|e| {
-            let mut v = json!({
-                "manager": e.manager,
-                "operation": e.operation.as_str(),
-                "apiVersion": e.api_version,
-                "time": e.time,
-                "fieldsType": "FieldsV1",
-                "fieldsV1": e.fields.to_fields_v1(),
-            });
+            let mut v = Map::new();
+            v.insert("manager".into(), Value::String(e.manager));
+            v.insert("operation".into(), text(e.operation.as_str()));
+            v.insert("apiVersion".into(), Value::String(e.api_version));
+            v.insert("time".into(), Value::String(e.time));
+            v.insert("fieldsType".into(), text("FieldsV1"));
+            v.insert("fieldsV1".into(), e.fields.to_fields_v1());
             if !e.subresource.is_empty() {
-                v["subresource"] = json!(e.subresource);
+                v.insert("subresource".into(), Value::String(e.subresource));
             }
-            v
+            Value::Object(v)
         })
         .collect();
     meta.insert("managedFields".into(), Value::Array(list));
 }
+
+/// The `metadata` fields no manager owns: identity and what the server sets.
+const SERVER_SET_METADATA: [&str; 10] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
 
 /// Who writes and through which endpoint.
 pub struct Writer<'a> {
@@ -160,37 +175,39 @@ impl Writer<'_> {
     /// The part of `obj` this endpoint writes, without the fields no manager owns (identity
     /// and server-set metadata, as `stripmeta.go` strips them): `status` alone through
     /// `/status`; everything but `status` elsewhere when the kind has a status subresource.
+    /// Built from the parts kept: copying the whole object first copied its managedFields,
+    /// the largest part of most objects, on every write only to drop them.
     fn scoped(&self, obj: &Value) -> Value {
-        let mut out = obj.clone();
-        if let Some(map) = out.as_object_mut() {
-            map.remove("apiVersion");
-            map.remove("kind");
-            if self.subresource == "status" {
-                map.retain(|k, _| k == "status");
-            } else if self.rt.status_subresource {
-                map.remove("status");
+        let Some(map) = obj.as_object() else {
+            return obj.clone();
+        };
+        let status_only = self.subresource == "status";
+        let mut out = Map::new();
+        for (key, value) in map {
+            let kept = match key.as_str() {
+                "apiVersion" | "kind" => false,
+                "status" => status_only || !self.rt.status_subresource,
+                _ => !status_only,
+            };
+            if !kept {
+                continue;
             }
-            if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
-                for field in [
-                    "name",
-                    "namespace",
-                    "uid",
-                    "resourceVersion",
-                    "generation",
-                    "creationTimestamp",
-                    "deletionTimestamp",
-                    "deletionGracePeriodSeconds",
-                    "managedFields",
-                    "selfLink",
-                ] {
-                    meta.remove(field);
+            if key == "metadata"
+                && let Some(meta) = value.as_object()
+            {
+                let meta: Map<String, Value> = meta
+                    .iter()
+                    .filter(|(field, _)| !SERVER_SET_METADATA.contains(&field.as_str()))
+                    .map(|(field, v)| (field.clone(), v.clone()))
+                    .collect();
+                if !meta.is_empty() {
+                    out.insert(key.clone(), Value::Object(meta));
                 }
-                if meta.is_empty() {
-                    map.remove("metadata");
-                }
+                continue;
             }
+            out.insert(key.clone(), value.clone());
         }
-        out
+        Value::Object(out)
     }
 
     /// A built-in kind's `metadata`, `spec` and `status` are Go structs that are never absent
@@ -394,18 +411,45 @@ impl Writer<'_> {
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Whether two versions of an object differ at most in their managedFields' times: a no-op
-/// write keeps the stored times (`IgnoreManagedFieldsTimestampsTransformer`).
+/// write keeps the stored times (`IgnoreManagedFieldsTimestampsTransformer`). Compared in
+/// place, as every apply and update asks it of two whole objects.
 pub fn same_but_times(old: &Value, new: &Value) -> bool {
-    let untimed = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(Value::Array(list)) = v.pointer_mut("/metadata/managedFields") {
-            for e in list.iter_mut().filter_map(Value::as_object_mut) {
-                e.remove("time");
+    equal_except(old, new, "metadata", |old, new| {
+        equal_except(old, new, "managedFields", |old, new| match (old, new) {
+            (Value::Array(old), Value::Array(new)) => {
+                old.len() == new.len()
+                    && old
+                        .iter()
+                        .zip(new)
+                        .all(|(o, n)| match (o.as_object(), n.as_object()) {
+                            (Some(o), Some(n)) => equal_without(o, n, "time"),
+                            _ => o == n,
+                        })
             }
-        }
-        v
+            _ => old == new,
+        })
+    })
+}
+
+/// Whether `a` and `b` are equal, the member `key` of two objects compared by `same` (which
+/// is not asked when neither has it). Values that are not both objects compare whole.
+fn equal_except(a: &Value, b: &Value, key: &str, same: impl Fn(&Value, &Value) -> bool) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    untimed(old) == untimed(new)
+    a.len() == b.len()
+        && a.iter().all(|(k, v)| match b.get(k) {
+            Some(w) if k == key => same(v, w),
+            Some(w) => v == w,
+            None => false,
+        })
+}
+
+/// Whether two maps are equal but for their member `key`, present in either or not.
+fn equal_without(a: &Map<String, Value>, b: &Map<String, Value>, key: &str) -> bool {
+    let other = |(k, _): &(&String, &Value)| k.as_str() != key;
+    a.iter().filter(other).count() == b.iter().filter(other).count()
+        && a.iter().filter(other).all(|(k, v)| b.get(k) == Some(v))
 }
 
 fn restore(obj: &mut Value, managed: Option<Value>) {
@@ -504,6 +548,37 @@ mod tests {
         assert_eq!(entries.len(), 1, "{forced}");
         assert_eq!(entries[0].manager, "ops");
         assert_eq!(forced["spec"]["replicas"], 2);
+    }
+
+    #[test]
+    fn objects_that_differ_only_in_managed_fields_times_are_the_same() {
+        let entry = |time: Option<&str>, manager: &str| {
+            let mut e =
+                json!({"manager": manager, "operation": "Apply", "fieldsV1": {"f:spec": {}}});
+            if let Some(time) = time {
+                e["time"] = json!(time);
+            }
+            e
+        };
+        let object = |entries: Vec<Value>| json!({"kind": "X", "metadata": {"name": "a", "managedFields": entries}, "spec": {"n": 1}});
+        let old = object(vec![entry(Some("2024-01-01T00:00:00Z"), "a")]);
+        assert!(same_but_times(
+            &old,
+            &object(vec![entry(Some("2025-01-01T00:00:00Z"), "a")])
+        ));
+        assert!(same_but_times(&old, &object(vec![entry(None, "a")])));
+        assert!(!same_but_times(&old, &object(vec![entry(None, "b")])));
+        assert!(!same_but_times(&old, &object(vec![])));
+        let mut other_spec = old.clone();
+        other_spec["spec"]["n"] = json!(2);
+        assert!(!same_but_times(&old, &other_spec));
+        let mut unmanaged = old.clone();
+        unmanaged["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        assert!(!same_but_times(&old, &unmanaged));
+        assert!(same_but_times(&unmanaged, &unmanaged.clone()));
     }
 
     #[test]

@@ -451,7 +451,7 @@ impl State {
     /// Keeps [`State::dependents`] in step with an object's owner references.
     fn index_owners(&mut self, key: &ObjectKey, before: Option<&Value>, after: Option<&Value>) {
         let owners = |obj: Option<&Value>| -> BTreeSet<String> {
-            obj.and_then(|o| o.pointer("/metadata/ownerReferences")?.as_array().cloned())
+            obj.and_then(|o| o.pointer("/metadata/ownerReferences")?.as_array())
                 .into_iter()
                 .flatten()
                 .filter_map(|r| r["uid"].as_str().map(String::from))

@@ -103,7 +103,7 @@ pub(super) struct Ctx {
 
 impl Ctx {
     /// An object as served at this URL's version (optionally as PartialObjectMetadata).
-    pub(super) fn present(&self, obj: &Value) -> Value {
+    pub(super) fn present<'a>(&self, obj: &'a Value) -> Cow<'a, Value> {
         present(&self.rt, obj, self.meta_only)
     }
 
@@ -134,23 +134,32 @@ pub(super) fn decoded<'a>(rt: &ResourceType, obj: &'a Value) -> Cow<'a, Value> {
     }
 }
 
-/// An object as served by one version of its resource.
-pub(super) fn present(rt: &ResourceType, obj: &Value, meta_only: bool) -> Value {
-    let obj = &*decoded(rt, obj);
+/// An object as served by one version of its resource. Borrowed when the stored object is
+/// already that (nearly every answer: one version per resource, Events aside), so an answer
+/// is serialized from the store's copy rather than from a deep copy of it.
+pub(super) fn present<'a>(rt: &ResourceType, obj: &'a Value, meta_only: bool) -> Cow<'a, Value> {
+    let obj = decoded(rt, obj);
     if meta_only {
-        return json!({
+        return Cow::Owned(json!({
             "apiVersion": "meta.k8s.io/v1",
             "kind": "PartialObjectMetadata",
             "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-        });
+        }));
     }
-    let mut out = obj.clone();
-    crate::events::convert(&mut out, &rt.api_version());
+    let api_version = rt.api_version();
+    // `events::convert` changes only an object whose apiVersion is not the served one.
+    if obj.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
+        && obj.get("kind").and_then(Value::as_str) == Some(rt.kind.as_str())
+    {
+        return obj;
+    }
+    let mut out = obj.into_owned();
+    crate::events::convert(&mut out, &api_version);
     if let Some(m) = out.as_object_mut() {
-        m.insert("apiVersion".into(), json!(rt.api_version()));
+        m.insert("apiVersion".into(), json!(api_version));
         m.insert("kind".into(), json!(rt.kind));
     }
-    out
+    Cow::Owned(out)
 }
 
 pub(super) fn parse_body(body: &[u8]) -> Result<Value, ApiError> {

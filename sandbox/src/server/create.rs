@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::context::Ctx;
 use super::write::{
-    admit, after_commit, after_write, check_identity, crd_status, release_unstored,
+    admit, after_commit, after_write, allocated_ip, check_identity, crd_status, release_unstored,
 };
 use crate::admission::Operation;
 use crate::schema::FieldError;
@@ -29,7 +29,8 @@ pub(crate) fn new_namespace(name: &str) -> Value {
     })
 }
 
-pub(super) async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
+/// Creates the object; the answer is the stored object, shared with the store.
+pub(super) async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Arc<Value>, ApiError> {
     if ctx.path.sub.is_some() {
         return Err(ApiError::method_not_allowed(
             "create is not allowed on a subresource",
@@ -68,14 +69,15 @@ pub(super) async fn create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiEr
         ));
     }
     let obj = admit(ctx, Operation::Create, obj, None).await?;
-    let result = commit_create(ctx, obj.clone());
+    let allocated = allocated_ip(ctx, &obj, None);
+    let result = commit_create(ctx, obj);
     if result.is_err() || ctx.dry_run {
-        release_unstored(ctx, &obj, None);
+        release_unstored(ctx, allocated);
     }
     result
 }
 
-fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
+fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Arc<Value>, ApiError> {
     let name = meta_str(&obj, "name").unwrap_or("").to_string();
     let mut state = ctx.inner.store.lock();
     if ctx.rt.namespaced {
@@ -113,12 +115,11 @@ fn commit_create(ctx: &mut Ctx, mut obj: Value) -> Result<Value, ApiError> {
         obj["status"] = crd_status(&obj);
     }
     if ctx.dry_run {
-        return Ok(obj);
+        return Ok(Arc::new(obj));
     }
     let stored = state.put(&ctx.rt, obj, EventType::Added);
     after_write(ctx, &mut state, &stored);
     drop(state);
     after_commit(ctx, &stored);
-    // The copy for the answer, made outside the lock.
-    Ok(Arc::unwrap_or_clone(stored))
+    Ok(stored)
 }

@@ -216,7 +216,7 @@ pub(super) async fn delete_collection(ctx: &mut Ctx) -> Result<Response, ApiErro
             state.delete(&ctx.rt.storage(), &ns, &name, false)
         };
         if let Some(obj) = deleted {
-            items.push(ctx.present(&obj));
+            items.push(ctx.present(&obj).into_owned());
         }
     }
     let list = json!({

@@ -112,7 +112,10 @@ fn answer<'a>(
         table["metadata"] = metadata;
         return json_response(StatusCode::OK, &table, &[]);
     }
-    let items: Vec<Value> = page.into_iter().map(|o| ctx.present(o)).collect();
+    let items: Vec<Value> = page
+        .into_iter()
+        .map(|o| ctx.present(o).into_owned())
+        .collect();
     let (api_version, kind) = if ctx.meta_only {
         (
             "meta.k8s.io/v1".to_string(),

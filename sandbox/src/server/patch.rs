@@ -1,5 +1,7 @@
 //! PATCH: JSON patch, merge patch, strategic merge patch and server-side apply.
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use serde_json::Value;
 
@@ -86,7 +88,7 @@ pub(super) async fn patch_object(
     ctx: &mut Ctx,
     content_type: &str,
     body: &[u8],
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<(StatusCode, Arc<Value>), ApiError> {
     let kind = match content_type {
         "application/json-patch+json" => PatchKind::Json,
         "application/merge-patch+json" => PatchKind::Merge,

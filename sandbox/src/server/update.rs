@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::context::{Ctx, read_current};
 use super::write::{
-    admit, after_commit, after_write, check_identity, crd_status, release_unstored,
+    admit, after_commit, after_write, allocated_ip, check_identity, crd_status, release_unstored,
 };
 use crate::admission::Operation;
 use crate::schema::FieldError;
@@ -91,7 +91,8 @@ fn spec_changed(old: &Value, new: &Value) -> bool {
 
 /// Outcome of trying to store an update.
 pub(super) enum Commit {
-    Done(StatusCode, Value),
+    /// The answer: the stored object, shared with the store.
+    Done(StatusCode, Arc<Value>),
     /// The object changed since it was read; read again.
     Stale,
 }
@@ -142,10 +143,10 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
         || (new.pointer(managed) != old.pointer(managed)
             && crate::managed::same_but_times(old, &new))
     {
-        return Ok(Commit::Done(StatusCode::OK, old.clone()));
+        return Ok(Commit::Done(StatusCode::OK, Arc::new(old.clone())));
     }
     if ctx.dry_run {
-        return Ok(Commit::Done(StatusCode::OK, new));
+        return Ok(Commit::Done(StatusCode::OK, Arc::new(new)));
     }
     let deleting = meta_str(&new, "deletionTimestamp").is_some() && finalizers(&new).is_empty();
     let stored = state.put(&ctx.rt, new, EventType::Modified);
@@ -153,21 +154,21 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
         // The last finalizer went: the object goes, and watchers see it as DELETED.
         let removed = state
             .remove(&ctx.rt.storage(), &ctx.ns, &name, false)
-            .unwrap_or_else(|| Arc::unwrap_or_clone(stored));
+            .map_or(stored, Arc::new);
         return Ok(Commit::Done(StatusCode::OK, removed));
     }
     after_write(ctx, &mut state, &stored);
     drop(state);
     after_commit(ctx, &stored);
-    // The copy for the answer, made outside the lock.
-    Ok(Commit::Done(StatusCode::OK, Arc::unwrap_or_clone(stored)))
+    Ok(Commit::Done(StatusCode::OK, stored))
 }
 
 /// [`commit_update`], freeing a Service cluster IP that did not end up stored.
 pub(super) fn commit_checked(ctx: &mut Ctx, old: &Value, new: Value) -> Result<Commit, ApiError> {
-    let outcome = commit_update(ctx, old, new.clone());
+    let allocated = allocated_ip(ctx, &new, Some(old));
+    let outcome = commit_update(ctx, old, new);
     if !matches!(outcome, Ok(Commit::Done(..))) || ctx.dry_run {
-        release_unstored(ctx, &new, Some(old));
+        release_unstored(ctx, allocated);
     }
     outcome
 }
@@ -175,7 +176,7 @@ pub(super) fn commit_checked(ctx: &mut Ctx, old: &Value, new: Value) -> Result<C
 pub(super) async fn update(
     ctx: &mut Ctx,
     mut body: Value,
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<(StatusCode, Arc<Value>), ApiError> {
     check_identity(ctx, &mut body)?;
     let precondition = meta_str(&body, "resourceVersion")
         .filter(|rv| !rv.is_empty())

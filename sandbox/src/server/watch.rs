@@ -129,7 +129,7 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                 }
                 return json!({"type": kind, "object": table});
             }
-            json!({"type": kind, "object": present(&rt, obj, meta_only)})
+            json!({"type": kind, "object": present(&rt, obj, meta_only).into_owned()})
         }
     };
     // An object stored as the version this watch serves (nearly every event: one version per

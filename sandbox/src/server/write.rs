@@ -2,6 +2,8 @@
 //! defaulting, mutating webhooks, naming, validation, validating webhooks; and what a committed
 //! write sets off.
 
+use std::net::Ipv4Addr;
+
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
@@ -396,14 +398,20 @@ fn write_options(ctx: &Ctx, operation: Operation) -> Value {
     options
 }
 
-/// Frees a cluster IP allocated for a Service that was not stored after all.
-pub(super) fn release_unstored(ctx: &Ctx, new: &Value, old: Option<&Value>) {
+/// The cluster IP a write of a Service holds that `old` did not: what [`release_unstored`]
+/// frees if the write is not stored. Taken before the commit, which consumes the object.
+pub(super) fn allocated_ip(ctx: &Ctx, new: &Value, old: Option<&Value>) -> Option<Ipv4Addr> {
     if !(ctx.rt.group.is_empty() && ctx.rt.plural == "services") {
-        return;
+        return None;
     }
     let ip = crate::defaults::service_cluster_ip(new);
-    if ip.is_some() && ip != old.and_then(crate::defaults::service_cluster_ip) {
-        ctx.inner.store.lock().defaulter.release(new);
+    ip.filter(|_| ip != old.and_then(crate::defaults::service_cluster_ip))
+}
+
+/// Frees a cluster IP allocated for a Service that was not stored after all.
+pub(super) fn release_unstored(ctx: &Ctx, allocated: Option<Ipv4Addr>) {
+    if let Some(ip) = allocated {
+        ctx.inner.store.lock().defaulter.cluster_ips.release(ip);
     }
 }
 
