@@ -21,11 +21,14 @@
 //! Deployment, `{loadBalancer: {}}` on a Service), which belongs to the store's status handling.
 
 mod admission;
+mod objects;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use serde_json::{Map, Value, json};
+
+use objects::array_objects;
 
 /// Why defaulting an object failed (only Services can fail: cluster IPs are a finite resource).
 #[derive(Debug, thiserror::Error)]
@@ -81,18 +84,6 @@ fn object_entry<'a>(
 ) -> Option<&'a mut Map<String, Value>> {
     set_default(map, key, json!({}));
     map.get_mut(key).and_then(Value::as_object_mut)
-}
-
-/// Each object of the array at `map[key]`, if there is such an array.
-fn array_objects<'a>(
-    map: &'a mut Map<String, Value>,
-    key: &str,
-) -> impl Iterator<Item = &'a mut Map<String, Value>> {
-    map.get_mut(key)
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object_mut)
 }
 
 // === Deployments and pods ===

@@ -4,26 +4,17 @@
 
 use serde_json::{Map, Value, json};
 
+use super::objects::array_objects;
+
 fn set(map: &mut Map<String, Value>, key: &str, value: Value) {
     if map.get(key).is_none_or(Value::is_null) {
         map.insert(key.to_owned(), value);
     }
 }
 
-fn objects<'a>(
-    map: &'a mut Map<String, Value>,
-    key: &str,
-) -> impl Iterator<Item = &'a mut Map<String, Value>> {
-    map.get_mut(key)
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object_mut)
-}
-
 /// `SetDefaults_Rule`: a rule without a scope covers every scope.
 fn default_rules(map: &mut Map<String, Value>, key: &str) {
-    for rule in objects(map, key) {
+    for rule in array_objects(map, key) {
         set(rule, "scope", json!("*"));
     }
 }
@@ -69,7 +60,7 @@ pub(super) fn default_webhook_configuration(object: &mut Value, mutating: bool) 
     let Some(config) = object.as_object_mut() else {
         return;
     };
-    for webhook in objects(config, "webhooks") {
+    for webhook in array_objects(config, "webhooks") {
         set(webhook, "failurePolicy", json!("Fail"));
         set(webhook, "matchPolicy", json!("Equivalent"));
         set(webhook, "namespaceSelector", json!({}));
