@@ -88,13 +88,13 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let namespace = namespace.ok_or_else(|| Error::MissingNamespace(key.name.clone()))?;
     ctx.deployments_listed.wait().await;
     ctx.services_listed.wait().await;
-    let app_version = app.resource_version();
     let versions = Versions {
-        app: app_version.as_deref().map(version_number),
+        app: app.meta().resource_version.as_deref().map(version_number),
         deployment: ctx.deployments.version(namespace, &key.name),
         service: ctx.services.version(namespace, &key.name),
     };
     if ctx.verified.settled(&key, versions) {
+        // The plan at these versions found nothing to do, and would again (`verified`).
         return Ok(Outcome::default());
     }
     let deployment = ctx.deployments.get(namespace, &key.name);
