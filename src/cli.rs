@@ -307,7 +307,8 @@ pub struct ControllerArgs {
     /// How many MyApps are reconciled at once.
     #[arg(long, env = "MYAPP_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// Safety-net resync period of every MyApp (jittered), besides watch events.
+    /// Safety-net resync period: every MyApp is reconciled once per period (each at its own
+    /// point of it, spread by name) besides what watch events trigger.
     #[arg(long, env = "MYAPP_RESYNC", default_value = "5m", value_parser = parse_duration)]
     pub resync: Duration,
     /// Deadline of one reconcile.

@@ -9,6 +9,7 @@ mod context;
 mod crd_missing;
 mod events;
 mod execute;
+mod resync;
 mod retry;
 mod verified;
 mod watches;
@@ -162,7 +163,7 @@ pub async fn run(
         services_listed: services_listed.clone(),
         metrics,
         config: config.clone(),
-        failures,
+        failures: failures.clone(),
         verified,
         applied,
         reported,
@@ -183,10 +184,12 @@ pub async fn run(
         future::pending::<()>().await;
     };
 
+    let resyncs = resync::resyncs(apps.clone(), config.resync, failures.clone());
     let controller = Controller::for_stream(app_events, apps)
         .owns_stream(deployment_events)
         .owns_stream(service_events)
         .reconcile_all_on(relists)
+        .reconcile_on(resyncs)
         .trigger_backoff(EachWatchBacksOff)
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)

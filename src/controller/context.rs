@@ -34,7 +34,8 @@ use crate::{
 pub struct Config {
     /// Reconciles running at once.
     pub concurrency: u16,
-    /// Safety-net requeue period of a healthy MyApp (jittered by up to 10 %).
+    /// Safety-net resync period: every MyApp is reconciled once per period besides what
+    /// triggers it.
     pub resync: Duration,
     /// Deadline of one reconcile.
     pub reconcile_timeout: Duration,
@@ -150,6 +151,11 @@ impl Failures {
     /// Ends the streak of `app`.
     pub(super) fn succeeded(&self, app: &ObjectRef<MyApp>) {
         self.lock().remove(app);
+    }
+
+    /// Whether `app` is in a failure streak (its retries wait for their backoff).
+    pub(super) fn failing(&self, app: &ObjectRef<MyApp>) -> bool {
+        self.lock().contains_key(app)
     }
 
     /// How many MyApps are in a failure streak.

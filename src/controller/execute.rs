@@ -20,7 +20,6 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::{
     context::{Child, Context},
     events,
-    retry::resync_after,
     verified::Versions,
     write::{Landed, Precondition},
 };
@@ -74,11 +73,10 @@ pub(super) async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Acti
         ctx.metrics.reconcile_noops.inc();
     }
     ctx.failures.succeeded(&ObjectRef::from_obj(app.as_ref()));
-    Ok(Action::requeue(
-        outcome
-            .recheck
-            .unwrap_or_else(|| resync_after(ctx.config.resync)),
-    ))
+    // The resync (`resync.rs`) comes back to it; only a recheck the plan asked for is scheduled.
+    Ok(outcome
+        .recheck
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 /// One pass: gather what the caches know, let [`plan::plan`] decide, carry the plan out.

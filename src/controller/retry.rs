@@ -73,50 +73,9 @@ pub(super) fn jitter(d: Duration, spread: f64) -> Duration {
     d.mul_f64(1.0 + spread * (2.0 * fastrand::f64() - 1.0))
 }
 
-/// The grid resyncs fall due on. A resync due alone wakes the runtime for one reconcile; due
-/// on the same tick as others, the scheduler hands them over together and the worker threads
-/// stay awake through the batch (at 10,000 MyApps a 20 s resync is 500 a second, 50 a tick).
-/// A tenth of a second later matters to no resync.
-const RESYNC_TICK: Duration = Duration::from_millis(100);
-
-/// When to reconcile a MyApp again that needs nothing sooner: the resync period, jittered by
-/// ±10 % so that MyApps created together spread out, then rounded up onto [`RESYNC_TICK`].
-pub(super) fn resync_after(period: Duration) -> Duration {
-    static ORIGIN: std::sync::LazyLock<std::time::Instant> =
-        std::sync::LazyLock::new(std::time::Instant::now);
-    on_tick(ORIGIN.elapsed(), jitter(period, 0.1), RESYNC_TICK)
-}
-
-/// `delay` from `now` (both since a fixed origin), lengthened to end on a multiple of `tick`.
-fn on_tick(now: Duration, delay: Duration, tick: Duration) -> Duration {
-    let due = (now + delay).as_nanos();
-    let tick = tick.as_nanos().max(1);
-    let aligned = due.div_ceil(tick) * tick;
-    Duration::from_nanos(u64::try_from(aligned).unwrap_or(u64::MAX)).saturating_sub(now)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resyncs_fall_due_on_the_tick_after_their_jittered_time() {
-        let tick = Duration::from_millis(100);
-        let ms = Duration::from_millis;
-        assert_eq!(on_tick(ms(1234), ms(10_000), tick), ms(10_066));
-        assert_eq!(
-            on_tick(ms(1200), ms(10_000), tick),
-            ms(10_000),
-            "on a tick already"
-        );
-        assert_eq!(on_tick(ms(0), ms(1), tick), ms(100));
-        for _ in 0..100 {
-            let period = Duration::from_secs(20);
-            let after = resync_after(period);
-            assert!(after >= period.mul_f64(0.9), "{after:?}");
-            assert!(after <= period.mul_f64(1.1) + RESYNC_TICK, "{after:?}");
-        }
-    }
 
     #[test]
     fn backoff_doubles_per_attempt_and_stops_at_the_cap() {

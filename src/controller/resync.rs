@@ -1,0 +1,201 @@
+//! The safety-net resync: every cached MyApp reconciled once per period, each at the same point
+//! of every period (a hash of its namespace and name), besides what watch events trigger.
+//!
+//! kube's way is a requeue after every reconcile (`Action::requeue`), which keeps an entry per
+//! MyApp in the controller's scheduler for as long as the MyApp exists: its key (four strings)
+//! twice, in a map and in a timer queue, about a kilobyte per MyApp at rest. A pass here holds a
+//! hash and one short string per MyApp, and only while it lasts; the scheduler holds what is due
+//! now. Retries after an error keep their backoff: a MyApp in a failure streak is left to it.
+
+use std::{
+    hash::{BuildHasher, BuildHasherDefault, DefaultHasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt, stream};
+use kube::{
+    ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
+};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::context::Failures;
+use crate::crd::MyApp;
+
+/// How often a pass hands over the MyApps whose point it has reached. The scheduler gets them
+/// together, so the runtime wakes once for a batch rather than once per MyApp; a tenth of a
+/// second later matters to no resync.
+const TICK: Duration = Duration::from_millis(100);
+
+/// `ObjectRef`s of the cached MyApps, each once per `period`, handed over every [`TICK`]. The
+/// first pass starts one period after the call: the first list triggers every MyApp anyway.
+pub(super) fn resyncs(
+    apps: Store<MyApp>,
+    period: Duration,
+    failures: Arc<Failures>,
+) -> impl Stream<Item = ObjectRef<MyApp>> + Send + 'static {
+    let mut ticks = tokio::time::interval_at(Instant::now() + TICK, TICK);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let pass = Pass::new(Vec::new(), Instant::now());
+    stream::unfold((ticks, pass), move |(mut ticks, mut pass)| {
+        let (apps, failures) = (apps.clone(), failures.clone());
+        async move {
+            let now = ticks.tick().await;
+            let due: Vec<_> = pass
+                .due(now, period)
+                .filter_map(|key| object_ref(&key))
+                .filter(|app| !failures.failing(app))
+                .collect();
+            if pass.ended(now, period) {
+                pass = Pass::new(keys(&apps), now);
+            }
+            Some((stream::iter(due), (ticks, pass)))
+        }
+    })
+    .flatten()
+}
+
+/// Where in a period a MyApp's resync falls: a hash of its key as a fraction of `u64::MAX`. The
+/// hasher has fixed keys, so the point stays the same from one pass (and process) to the next.
+fn point(key: &str) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+}
+
+/// `namespace/name` of every cached MyApp with its [`point`], in the order of their points.
+fn keys(apps: &Store<MyApp>) -> Vec<(u64, Box<str>)> {
+    let mut keys: Vec<_> = apps
+        .state()
+        .iter()
+        .map(|app| {
+            let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+            (point(&key), key.into_boxed_str())
+        })
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// The `ObjectRef` of a `namespace/name` key (neither part may hold a `/`).
+fn object_ref(key: &str) -> Option<ObjectRef<MyApp>> {
+    let (namespace, name) = key.split_once('/')?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// One period's walk over the MyApps cached when it started.
+struct Pass {
+    keys: std::vec::IntoIter<(u64, Box<str>)>,
+    started: Instant,
+}
+
+impl Pass {
+    fn new(keys: Vec<(u64, Box<str>)>, started: Instant) -> Self {
+        Self {
+            keys: keys.into_iter(),
+            started,
+        }
+    }
+
+    /// The keys whose point the pass has reached by `now` and not handed over yet; all that are
+    /// left once the period is over.
+    fn due(&mut self, now: Instant, period: Duration) -> impl Iterator<Item = Box<str>> + '_ {
+        let reached = now.saturating_duration_since(self.started).as_secs_f64()
+            / period.as_secs_f64().max(f64::MIN_POSITIVE);
+        // `as` saturates: a pass past its period reaches every point.
+        let reached = (reached * u64::MAX as f64) as u64;
+        std::iter::from_fn(move || {
+            let (point, _) = self.keys.as_slice().first()?;
+            if *point > reached {
+                return None;
+            }
+            self.keys.next().map(|(_, key)| key)
+        })
+    }
+
+    /// Whether the period is over and every key handed over.
+    fn ended(&self, now: Instant, period: Duration) -> bool {
+        self.keys.len() == 0 && now.saturating_duration_since(self.started) >= period
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass(names: &[&str]) -> Pass {
+        let mut keys: Vec<_> = names
+            .iter()
+            .map(|n| (point(n), Box::<str>::from(*n)))
+            .collect();
+        keys.sort_unstable();
+        Pass::new(keys, Instant::now())
+    }
+
+    #[test]
+    fn a_pass_hands_over_each_myapp_once_at_its_point_of_the_period() {
+        let names: Vec<String> = (0..1000).map(|i| format!("ns/app-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut pass = pass(&names);
+        let (start, period) = (pass.started, Duration::from_secs(100));
+        let mut seen = Vec::new();
+        for second in 1..=100u64 {
+            let now = start + Duration::from_secs(second);
+            let due: Vec<_> = pass.due(now, period).collect();
+            let limit = (second as f64 / 100.0 * u64::MAX as f64) as u64;
+            assert!(due.iter().all(|key| point(key) <= limit), "none early");
+            assert!(pass.ended(now, period) == (second == 100), "{second}");
+            seen.extend(due);
+        }
+        seen.sort_unstable();
+        let mut expected: Vec<Box<str>> = names.iter().map(|n| Box::from(*n)).collect();
+        expected.sort_unstable();
+        assert_eq!(seen, expected, "each exactly once");
+    }
+
+    #[test]
+    fn myapps_spread_over_the_period() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("ns/app-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut pass = pass(&names);
+        let (start, period) = (pass.started, Duration::from_secs(10));
+        for tenth in 1..=10u64 {
+            let due = pass.due(start + Duration::from_secs(tenth), period).count();
+            assert!((800..1200).contains(&due), "{due} in second {tenth}");
+        }
+    }
+
+    #[tokio::test]
+    async fn every_cached_myapp_comes_back_each_period_but_one_in_a_failure_streak() {
+        let (apps, mut writer) = kube::runtime::reflector::store::<MyApp>();
+        for name in ["web", "broken"] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(
+                MyApp::test(name).stored(),
+            ));
+        }
+        let failures = Arc::new(Failures::default());
+        failures.failed(ObjectRef::new("broken").within("default"));
+        let period = Duration::from_millis(200);
+        let handed: Vec<_> = resyncs(apps, period, failures)
+            .take_until(tokio::time::sleep(period * 6))
+            .collect()
+            .await;
+        // Passes start after 200, 400, 600, 800 ms and so on (later on a loaded machine).
+        let web = ObjectRef::new("web").within("default");
+        assert!(
+            handed.iter().filter(|r| **r == web).count() >= 2,
+            "{handed:?}"
+        );
+        assert!(handed.iter().all(|r| *r == web), "{handed:?}");
+    }
+
+    #[test]
+    fn a_point_is_the_same_in_every_pass() {
+        assert_eq!(point("ns/web"), point("ns/web"));
+        assert_ne!(point("ns/web"), point("ns/api"));
+        assert_eq!(
+            object_ref("team-a/web"),
+            Some(ObjectRef::new("web").within("team-a"))
+        );
+        assert_eq!(object_ref("no-slash"), None);
+    }
+}
