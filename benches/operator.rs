@@ -27,7 +27,9 @@
 //! template takes; default 1500, longer than a second as in a cluster, so the operator's
 //! writes while a rollout runs are counted as a cluster would draw them),
 //! `MYAPP_BENCH_OPERATOR_ARGS` (more flags for `run`, split at whitespace, e.g.
-//! `--list-page-size 500`).
+//! `--list-page-size 500`), `MYAPP_BENCH_UNTIL=relist` (stop after the relist, whose headline
+//! is the last `[bench]` line: the edits and the loader hold more of the sandbox's memory than
+//! this machine has at 100,000 MyApps).
 
 #[path = "operator/edits.rs"]
 mod edits;
@@ -527,11 +529,14 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
     let loaded_kib = status_kib(pid, "VmRSS");
     let cpu_converging = cpu_seconds(pid)? - cpu_idle;
     progress(&format!(
-        "converged {converged_after:?} after the first create; operator CPU {:.3} ms per MyApp, RSS {loaded_rss}",
-        cpu_converging * 1000.0 / apps as f64
+        "converged {converged_after:?} after the first create ({:?} after the last); operator \
+         CPU {:.3} ms per MyApp, RSS {loaded_rss}; reconcile errors {}",
+        converged_after.saturating_sub(created),
+        cpu_converging * 1000.0 / apps as f64,
+        probe::reconcile_errors(admin).await?
     ));
 
-    // A resync: every MyApp's requeue comes due (`resync`, jittered) and it is reconciled again.
+    // A resync: each MyApp's point of the resync period comes and it is reconciled again.
     sandbox.faults().clear_requests();
     let mark = probe::reconciles(admin).await?;
     let (cpu_before, scrapes_before) = (cpu_seconds(pid)?, probe::scrapes());
@@ -586,11 +591,21 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         cpu_seconds(pid)? - cpu_before,
         probe::scrapes() - scrapes_before,
     );
+    let errors_by_relist = probe::reconcile_errors(admin).await?;
     progress(&format!(
-        "relist: {relisted_after:?}, RSS peak {:.1} MiB, operator CPU {:.3} ms per MyApp",
+        "relist: {relisted_after:?}, RSS peak {:.1} MiB, operator CPU {:.3} ms per MyApp; \
+         reconcile errors {errors_by_relist}",
         peak_kib.get() as f64 / 1024.0,
-        cpu_relist * 1000.0 / apps as f64
+        cpu_relist * 1000.0 / apps as f64,
     ));
+    if std::env::var("MYAPP_BENCH_UNTIL").as_deref() == Ok("relist") {
+        eprintln!(
+            "stopped after the relist (MYAPP_BENCH_UNTIL=relist): the lines above are the run"
+        );
+        drop(child);
+        served.shutdown().await.unwrap();
+        return Ok(());
+    }
 
     // Edits during rollouts: every MyApp's image edited, then edited again while the rollout of
     // the first edit runs (see `operator/edits.rs`), until every MyApp converged on the last.
@@ -775,6 +790,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         relist.per_app(apps),
         per_app_ms(cpu_relist)
     );
+    println!("failed reconciles from the start until the relist was done: {errors_by_relist}");
     let edits_made = 2 * apps;
     let per_edits = |n: u64| n as f64 * 1000.0 / edits_made as f64;
     println!(

@@ -323,6 +323,16 @@ pub async fn reconciles(admin: SocketAddr) -> Result<u64, String> {
         })
 }
 
+/// Reconciles that have failed so far (`myapp_reconcile_errors_total`).
+pub async fn reconcile_errors(admin: SocketAddr) -> Result<u64, String> {
+    let metrics = scrape(admin).await?;
+    sum(&metrics, "myapp_reconcile_errors_total")
+        .map(|n| n as u64)
+        .ok_or_else(|| {
+            format!("the admin server at {admin} reports no myapp_reconcile_errors_total")
+        })
+}
+
 /// Whether the operator's watch caches hold a complete list (`myapp_caches_synced`).
 pub async fn caches_synced(admin: SocketAddr) -> Result<bool, String> {
     let metrics = scrape(admin).await?;
