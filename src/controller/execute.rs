@@ -111,6 +111,21 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         deployment.as_ref(),
         service.as_ref(),
     );
+    if ctx
+        .apps
+        .get(&key)
+        .is_some_and(|cached| cached.meta().resource_version != app.meta().resource_version)
+    {
+        // The controller handed over the MyApp before a watch event replaced it in the cache,
+        // and that event may have ended the memory of our last status write (`Seen::gather`
+        // just read it): planned from this copy, the status write would carry a precondition
+        // the server no longer holds. The event updates the cache before it ends the memory,
+        // so a cache still at this copy's version means the memory was read intact.
+        return Ok(Outcome {
+            writes: 0,
+            recheck: Some(Duration::ZERO),
+        });
+    }
     let plan = plan::plan(app, &seen.observed, Timestamp::now());
     // The children that hold what the MyApp asks: (found by this plan, found before).
     let holding = [
