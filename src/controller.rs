@@ -82,10 +82,11 @@ pub async fn run(
         .clone()
         .labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
 
-    // A (re)list fills a side buffer page by page and swaps it into the cache at its end
-    // (`InitDone`). Reconciles its pages trigger run against the cache before the swap, and
-    // nothing says what changed or vanished while the watch was down, so every MyApp is
-    // reconciled again once any cache has swapped in a new list.
+    // A (re)list of MyApps fills a side buffer page by page and swaps it into the cache at its
+    // end (`InitDone`); one of children updates its cache in place and drops at the end what
+    // the list did not hold (`packed.rs`). Reconciles its pages trigger run before that end,
+    // and nothing says what changed or vanished while the watch was down, so every MyApp is
+    // reconciled again once any cache has taken in a whole new list.
     let (listed, relists) = futures::channel::mpsc::unbounded::<()>();
 
     let (apps_listed, deployments_listed, services_listed) =

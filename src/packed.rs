@@ -14,8 +14,13 @@
 //! the operator writes on every child) replaced by one byte each, which stores a Deployment in
 //! under 70 % of its JSON: see [`TOKENS`].
 //!
-//! Events are applied as kube's `reflector::store::Writer` applies them: a (re)list fills a
-//! side buffer that replaces the whole cache at `InitDone`.
+//! A (re)list updates the cache in place, where kube's `reflector::store::Writer` fills a side
+//! buffer and swaps it in at `InitDone`: that holds a second copy of every object while the
+//! list lasts, which made a relist's memory peak nearly twice the cache's. Here each listed
+//! object is marked with the list that saw it (its bytes kept when its version is unchanged)
+//! and, at `InitDone`, what the list did not hold is dropped: the cache then holds exactly the
+//! list, as the swap would. Meanwhile a reader sees each object at its listed version as soon
+//! as its page arrives, never an older one than before the list.
 
 use std::{
     collections::HashMap,
@@ -37,6 +42,8 @@ struct Stored {
     /// Its resourceVersion as [`version_number`] gives it: a reconcile that only asks whether a
     /// child changed reads this, and parses nothing.
     version: Option<u64>,
+    /// The (re)list that last held it, or during which an event wrote it.
+    list: u32,
     json: Box<[u8]>,
 }
 
@@ -175,8 +182,8 @@ impl<K> Clone for Packed<K> {
 /// The writing half, fed every event of the watch.
 pub struct PackedWriter<K> {
     objects: Arc<RwLock<Objects>>,
-    /// The (re)list under way, swapped in at its end.
-    buffer: Objects,
+    /// The current (or last) list, counted from `Init` to `Init`.
+    list: u32,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -189,7 +196,7 @@ pub fn packed<K>() -> (Packed<K>, PackedWriter<K>) {
     };
     let writer = PackedWriter {
         objects,
-        buffer: Objects::new(),
+        list: 0,
         kind: PhantomData,
     };
     (reader, writer)
@@ -213,24 +220,44 @@ impl<K: Resource + Serialize> PackedWriter<K> {
     pub fn apply(&mut self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) => {
-                if let Some(stored) = pack(object) {
+                if let Some(stored) = pack(object, self.list) {
                     self.write().insert(key_of(object), stored);
                 }
             }
             watcher::Event::Delete(object) => {
                 self.write().remove(&key_of(object));
             }
-            watcher::Event::Init => self.buffer = Objects::new(),
+            // A list given up half-way (the watcher starts over with `Init`) leaves its marks
+            // behind; only the marks of the list that reaches `InitDone` count.
+            watcher::Event::Init => self.list = self.list.wrapping_add(1),
             watcher::Event::InitApply(object) => {
-                if let Some(stored) = pack(object) {
-                    self.buffer.insert(key_of(object), stored);
+                let key = key_of(object);
+                let version = object
+                    .meta()
+                    .resource_version
+                    .as_deref()
+                    .map(version_number);
+                let mut objects = self.write();
+                match objects.get_mut(&key) {
+                    Some(stored) if version.is_some() && stored.version == version => {
+                        stored.list = self.list;
+                    }
+                    _ => {
+                        drop(objects);
+                        if let Some(stored) = pack(object, self.list) {
+                            self.write().insert(key, stored);
+                        }
+                    }
                 }
             }
             watcher::Event::InitDone => {
-                let listed = std::mem::take(&mut self.buffer);
-                // The old cache is freed after the lock is released.
-                let old = std::mem::replace(&mut *self.write(), listed);
-                drop(old);
+                let list = self.list;
+                // Freed after the lock is released.
+                let gone: Vec<_> = self
+                    .write()
+                    .extract_if(|_, stored| stored.list != list)
+                    .collect();
+                drop(gone);
             }
         }
     }
@@ -243,7 +270,7 @@ impl<K: Resource + Serialize> PackedWriter<K> {
 /// `object` as JSON in an allocation of its exact size. Serializing the cached types cannot
 /// fail (every map key is a string); were it to, the object is left out, so reconciles see the
 /// child as missing and apply it again, and the failure is logged.
-fn pack<K: Resource + Serialize>(object: &K) -> Option<Stored> {
+fn pack<K: Resource + Serialize>(object: &K, list: u32) -> Option<Stored> {
     match serde_json::to_vec(object) {
         Ok(json) => Some(Stored {
             version: object
@@ -251,6 +278,7 @@ fn pack<K: Resource + Serialize>(object: &K) -> Option<Stored> {
                 .resource_version
                 .as_deref()
                 .map(version_number),
+            list,
             json: encode(&json).into_boxed_slice(),
         }),
         Err(error) => {
@@ -451,30 +479,50 @@ mod tests {
     }
 
     #[test]
-    fn a_relist_replaces_the_whole_cache_only_when_it_is_done() {
+    fn a_relist_updates_in_place_and_at_its_end_the_cache_holds_exactly_the_list() {
         let (cache, mut writer) = packed::<CachedDeployment>();
-        writer.apply(&watcher::Event::Apply(deployment("gone", "1")));
-        writer.apply(&watcher::Event::Apply(deployment("web", "2")));
+        for (name, version) in [("gone", "1"), ("web", "2"), ("same", "3")] {
+            writer.apply(&watcher::Event::Apply(deployment(name, version)));
+        }
+        let version = |name: &str| {
+            cache
+                .get("shop", name)
+                .and_then(|d| d.metadata.resource_version)
+        };
+
+        // A list given up half-way: what it alone held does not survive the next one.
+        writer.apply(&watcher::Event::Init);
+        writer.apply(&watcher::Event::InitApply(deployment("gone", "1")));
+        writer.apply(&watcher::Event::InitApply(deployment("abandoned", "4")));
 
         writer.apply(&watcher::Event::Init);
         writer.apply(&watcher::Event::InitApply(deployment("web", "5")));
+        writer.apply(&watcher::Event::InitApply(deployment("same", "3")));
         writer.apply(&watcher::Event::InitApply(deployment("new", "6")));
-        // Until the list is complete, reconciles see the cache as it was.
-        assert!(cache.get("shop", "gone").is_some());
-        assert!(cache.get("shop", "new").is_none());
+        // Each listed object at its listed version at once; the rest as before until the end.
+        assert_eq!(version("web").as_deref(), Some("5"));
+        assert_eq!(version("new").as_deref(), Some("6"));
+        assert_eq!(version("gone").as_deref(), Some("1"));
 
         writer.apply(&watcher::Event::InitDone);
-        assert!(cache.get("shop", "gone").is_none());
-        let names: Vec<Option<String>> = ["web", "new"]
-            .iter()
-            .map(|n| {
-                cache
-                    .get("shop", n)
-                    .and_then(|d| d.metadata.resource_version)
-            })
-            .collect();
-        assert_eq!(names, [Some("5".into()), Some("6".into())]);
-        assert_eq!(cache.len(), 2);
+        assert_eq!(version("gone"), None);
+        assert_eq!(version("abandoned"), None);
+        let listed: Vec<_> = ["web", "same", "new"].map(version).into();
+        assert_eq!(
+            listed,
+            [Some("5".into()), Some("3".into()), Some("6".into())]
+        );
+        assert_eq!(cache.len(), 3);
+
+        // Events after the list belong to it: the next list's end keeps what it holds.
+        writer.apply(&watcher::Event::Apply(deployment("later", "7")));
+        writer.apply(&watcher::Event::Init);
+        for (name, v) in [("web", "5"), ("same", "3"), ("new", "6"), ("later", "7")] {
+            writer.apply(&watcher::Event::InitApply(deployment(name, v)));
+        }
+        writer.apply(&watcher::Event::InitDone);
+        assert_eq!(cache.len(), 4);
+        assert_eq!(cache.get("shop", "same"), Some(deployment("same", "3")));
     }
 
     #[test]
