@@ -292,26 +292,35 @@ fn builtin_list_type(name: &str, items: &[Value]) -> ListType {
 /// The `k:` element of a list-map item: its key fields in name order, compact JSON. A missing
 /// `protocol` is its default, `TCP`, as the built-in schemas default it.
 fn key_element(item: &Value, keys: &[String]) -> Option<String> {
-    let mut fields = BTreeMap::new();
-    for key in keys {
-        match item.get(key) {
-            Some(v) if !v.is_null() => {
-                fields.insert(key.clone(), v.clone());
-            }
-            _ if key == "protocol" => {
-                fields.insert(key.clone(), Value::String("TCP".into()));
-            }
-            _ => {}
-        }
-    }
+    // `None` stands for the default protocol.
+    let mut fields: Vec<(&str, Option<&Value>)> = keys
+        .iter()
+        .filter_map(|key| match item.get(key) {
+            Some(v) if !v.is_null() => Some((key.as_str(), Some(v))),
+            _ if key == "protocol" => Some((key.as_str(), None)),
+            _ => None,
+        })
+        .collect();
     if fields.is_empty() {
         return None;
     }
-    let parts: Vec<String> = fields
-        .iter()
-        .map(|(k, v)| format!("{}:{v}", Value::String(k.clone())))
-        .collect();
-    Some(format!("k:{{{}}}", parts.join(",")))
+    fields.sort_by_key(|&(key, _)| key);
+    fields.dedup_by_key(|&mut (key, _)| key);
+    // Written in place: every list-map element of every write is named this way.
+    let mut out = b"k:{".to_vec();
+    for (i, (key, value)) in fields.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, key).ok()?;
+        out.push(b':');
+        match value {
+            Some(value) => serde_json::to_writer(&mut out, value).ok()?,
+            None => out.extend_from_slice(b"\"TCP\""),
+        }
+    }
+    out.push(b'}');
+    String::from_utf8(out).ok()
 }
 
 fn element_of(item: &Value, index: usize, list: &ListType) -> String {

@@ -15,6 +15,7 @@
 //! top-level fields (see `CrdSchema::validate`).
 
 mod matches;
+mod reads;
 mod value;
 
 use std::sync::Arc;
@@ -162,8 +163,8 @@ impl Rules {
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let this = value::to_cel(value, node.schema);
-        let old = old.map(|o| value::to_cel(o, node.schema));
+        let this = converted(node, value, "self");
+        let old = old.map(|o| converted(node, o, "oldSelf"));
         let mut scope = self.context.new_inner_scope();
         scope.add_variable_from_value("self", this);
         if let Some(old) = &old {
@@ -223,6 +224,23 @@ struct Node<'a> {
     compiled: &'a CompiledSchema,
     schema: &'a Value,
     path: String,
+}
+
+/// `value`, bound to `var` in the rules of `node`, as they see it: an object only with the
+/// fields they select of it when that is all they do with it.
+fn converted(node: &Node, value: &Value, var: &str) -> Cel {
+    if !value.is_object() {
+        return value::to_cel(value, node.schema);
+    }
+    let programs = node.compiled.validations.iter().flatten().flat_map(|rule| {
+        std::iter::once(&rule.program)
+            .chain(&rule.message_program)
+            .map(cel::Program::expression)
+    });
+    match reads::fields_read(programs, var) {
+        Some(fields) => value::fields_to_cel(value, node.schema, &fields),
+        None => value::to_cel(value, node.schema),
+    }
 }
 
 /// Every compiled program of the tree (rules and message expressions).

@@ -46,7 +46,10 @@ pub(super) struct ResPath {
 }
 
 pub(super) fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
-    let mut resp = (code, value.to_string()).into_response();
+    // Straight into bytes: `Display` (`to_string`) passes every token through a
+    // `fmt::Formatter`, a large part of a small answer's cost. A `Value` always serializes.
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut resp = (code, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

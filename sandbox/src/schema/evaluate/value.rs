@@ -35,30 +35,47 @@ pub(super) fn to_cel(value: &Value, schema: &Value) -> Cel {
                 items.iter().map(|i| to_cel(i, item_schema)).collect(),
             ))
         }
-        Value::Object(fields) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
-            // Keys of a map (`additionalProperties`) are data, not field names: not escaped.
-            let is_map = !matches!(additional, None | Some(Value::Bool(false)));
-            let mut map = HashMap::with_capacity(fields.len());
-            for (key, field) in fields {
-                let child = properties
-                    .and_then(|p| p.get(key))
-                    .or(additional.filter(|a| a.is_object()))
-                    .unwrap_or(&Value::Null);
-                let name = if is_map {
-                    Some(key.clone())
-                } else {
-                    escape(key)
-                };
-                // A property with no CEL name cannot be read by a rule.
-                if let Some(name) = name {
-                    map.insert(Key::String(Arc::new(name)), to_cel(field, child));
-                }
-            }
-            Cel::Map(Map { map: Arc::new(map) })
-        }
+        Value::Object(fields) => object(fields, schema, |_| true),
     }
+}
+
+/// [`to_cel`] of `value` with, if it is an object, only the fields named `read` (CEL names,
+/// sorted): what a rule that only selects those fields sees of it.
+pub(super) fn fields_to_cel(value: &Value, schema: &Value, read: &[&str]) -> Cel {
+    match value {
+        Value::Object(fields) => object(fields, schema, |name| read.binary_search(&name).is_ok()),
+        _ => to_cel(value, schema),
+    }
+}
+
+/// An object's fields whose CEL names are `kept`, as a CEL map.
+fn object(
+    fields: &serde_json::Map<String, Value>,
+    schema: &Value,
+    kept: impl Fn(&str) -> bool,
+) -> Cel {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties");
+    // Keys of a map (`additionalProperties`) are data, not field names: not escaped.
+    let is_map = !matches!(additional, None | Some(Value::Bool(false)));
+    let mut map = HashMap::with_capacity(fields.len());
+    for (key, field) in fields {
+        let name = if is_map {
+            Some(key.clone())
+        } else {
+            escape(key)
+        };
+        // A property with no CEL name cannot be read by a rule.
+        let Some(name) = name.filter(|name| kept(name)) else {
+            continue;
+        };
+        let child = properties
+            .and_then(|p| p.get(key))
+            .or(additional.filter(|a| a.is_object()))
+            .unwrap_or(&Value::Null);
+        map.insert(Key::String(Arc::new(name)), to_cel(field, child));
+    }
+    Cel::Map(Map { map: Arc::new(map) })
 }
 
 /// A string by its `format`; one that does not parse stays a string (its format error is
