@@ -43,7 +43,7 @@ use crate::{
 use context::{Child, Context, Failures, Listed, PUBLISH_AT_STOP, RECENT_WRITES_TTL};
 use watches::{
     EachWatchBacksOff, count_orphans, forget_seen_status, needs_reconcile, not_an_echo,
-    on_list_done, queue_owner, queue_self, remember_deleted,
+    on_list_done, queue_owner, queue_self, reflect_in_place, remember_deleted,
 };
 use write::Writer;
 
@@ -82,9 +82,8 @@ pub async fn run(
         .clone()
         .labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
 
-    // A (re)list of MyApps fills a side buffer page by page and swaps it into the cache at its
-    // end (`InitDone`); one of children updates its cache in place and drops at the end what
-    // the list did not hold (`packed.rs`). Reconciles its pages trigger run before that end,
+    // A relist updates each cache in place and drops at its end (`InitDone`) what the list did
+    // not hold (`reflect_in_place`, `packed.rs`). Reconciles its pages trigger run before that end,
     // and nothing says what changed or vanished while the watch was down, so every MyApp is
     // reconciled again once any cache has taken in a whole new list.
     let (listed, relists) = futures::channel::mpsc::unbounded::<()>();
@@ -106,7 +105,7 @@ pub async fn run(
             move |item| crd.observe(item)
         })
         .backoff(crd_missing::QuietBackoff::new(crd))
-        .reflect(apps_writer)
+        .inspect_ok(reflect_in_place(apps_writer))
         .inspect_ok(count_orphans(&applied, &metrics))
         .inspect_ok(on_list_done(&listed, &apps_listed))
         .inspect_ok(forget_seen_status(&reported))

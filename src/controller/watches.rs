@@ -1,12 +1,16 @@
 //! The watches' side of the controller: which events trigger which reconcile, what each
 //! event tells the memories of our own writes, and when a cache holds a complete list.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use futures::{channel::mpsc::UnboundedSender, future};
 use kube::{
     Resource, ResourceExt,
-    runtime::{reflector::ObjectRef, utils::Backoff, watcher},
+    runtime::{
+        reflector::{ObjectRef, store::Writer},
+        utils::Backoff,
+        watcher,
+    },
 };
 
 use super::context::{Applied, Child, Listed, Reported};
@@ -15,6 +19,41 @@ use crate::{
     metrics::{Metrics, queue::Queue},
     recent::Waiting,
 };
+
+/// Applies the MyApp watch's events to the cache as kube's reflector does, but for relists
+/// after the first: those update the cache in place, object by object, and at their end remove
+/// what they did not hold. kube's writer fills a second cache during a relist and swaps it in at
+/// its end, so a relist held every MyApp twice, most of its memory peak. Here a relist holds a
+/// key per MyApp beside the cache, and the cache ends up as the swap would leave it. The first
+/// list goes through kube's way: it fills an empty cache, and its end marks the cache ready.
+pub(super) fn reflect_in_place(
+    mut writer: Writer<MyApp>,
+) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+    let cache = writer.as_reader();
+    let (mut listed_once, mut listed) = (false, HashSet::<(String, String)>::new());
+    let key = |app: &MyApp| (app.namespace().unwrap_or_default(), app.name_any());
+    move |event| match event {
+        watcher::Event::InitDone if !listed_once => {
+            writer.apply_watcher_event(event);
+            listed_once = true;
+        }
+        _ if !listed_once => writer.apply_watcher_event(event),
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitApply(app) => {
+            listed.insert(key(app));
+            writer.apply_watcher_event(&watcher::Event::Apply(app.clone()));
+        }
+        watcher::Event::InitDone => {
+            for app in cache.state() {
+                if !listed.contains(&key(&app)) {
+                    writer.apply_watcher_event(&watcher::Event::Delete(MyApp::clone(&app)));
+                }
+            }
+            listed = HashSet::new();
+        }
+        watcher::Event::Apply(_) | watcher::Event::Delete(_) => writer.apply_watcher_event(event),
+    }
+}
 
 /// Counts a MyApp from its own watch as waiting.
 pub(super) fn queue_self(queue: &Arc<Queue>) -> impl FnMut(&MyApp) + Send + Sync + 'static {
@@ -178,6 +217,44 @@ mod tests {
         crd::MyAppStatus,
         recent::RecentWrites,
     };
+
+    #[test]
+    fn a_relist_updates_the_myapp_cache_in_place_and_at_its_end_it_holds_exactly_the_list() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let (cache, writer) = kube::runtime::reflector::store::<MyApp>();
+        let mut reflect = reflect_in_place(writer);
+        let app = |name: &str, version: &str| {
+            let mut app = MyApp::test(name).stored();
+            app.metadata.resource_version = Some(version.into());
+            app
+        };
+        let cached = |name: &str| {
+            cache
+                .get(&ObjectRef::new(name).within("default"))
+                .and_then(|a| a.resource_version())
+        };
+        for event in [Init, InitApply(app("a", "1")), InitApply(app("b", "2"))] {
+            reflect(&event);
+        }
+        assert!(cache.state().is_empty(), "the first list fills the cache at its end");
+        reflect(&InitDone);
+        assert_eq!(cache.state().len(), 2);
+        reflect(&Apply(app("c", "3")));
+
+        // A relist given up half-way, then one that completes.
+        for event in [Init, InitApply(app("x", "4")), Init] {
+            reflect(&event);
+        }
+        reflect(&InitApply(app("a", "5")));
+        reflect(&InitApply(app("c", "3")));
+        assert_eq!(cached("a").as_deref(), Some("5"), "updated as its page arrives");
+        assert_eq!(cached("b").as_deref(), Some("2"), "kept until the list ends");
+        reflect(&InitDone);
+        let mut names: Vec<_> = cache.state().iter().map(|a| a.name_any()).collect();
+        names.sort();
+        assert_eq!(names, ["a", "c"], "b and x were not in the completed list");
+        assert_eq!(cached("a").as_deref(), Some("5"));
+    }
 
     #[test]
     fn the_controller_neither_waits_nor_gives_up_on_a_watch_error() {
