@@ -122,20 +122,18 @@ impl Pass {
 mod tests {
     use super::*;
 
-    fn pass(names: &[&str]) -> Pass {
-        let mut keys: Vec<_> = names
-            .iter()
-            .map(|n| (point(n), Box::<str>::from(*n)))
-            .collect();
+    /// A pass over `count` MyApps named `ns/app-<i>`, and their keys in name order.
+    fn pass(count: usize) -> (Pass, Vec<Box<str>>) {
+        let mut names: Vec<Box<str>> = (0..count).map(|i| format!("ns/app-{i}").into()).collect();
+        let mut keys: Vec<_> = names.iter().map(|n| (point(n), n.clone())).collect();
         keys.sort_unstable();
-        Pass::new(keys, Instant::now())
+        names.sort_unstable();
+        (Pass::new(keys, Instant::now()), names)
     }
 
     #[test]
     fn a_pass_hands_over_each_myapp_once_at_its_point_of_the_period() {
-        let names: Vec<String> = (0..1000).map(|i| format!("ns/app-{i}")).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut pass = pass(&names);
+        let (mut pass, names) = pass(1000);
         let (start, period) = (pass.started, Duration::from_secs(100));
         let mut seen = Vec::new();
         for second in 1..=100u64 {
@@ -147,16 +145,12 @@ mod tests {
             seen.extend(due);
         }
         seen.sort_unstable();
-        let mut expected: Vec<Box<str>> = names.iter().map(|n| Box::from(*n)).collect();
-        expected.sort_unstable();
-        assert_eq!(seen, expected, "each exactly once");
+        assert_eq!(seen, names, "each exactly once");
     }
 
     #[test]
     fn myapps_spread_over_the_period() {
-        let names: Vec<String> = (0..10_000).map(|i| format!("ns/app-{i}")).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut pass = pass(&names);
+        let (mut pass, _) = pass(10_000);
         let (start, period) = (pass.started, Duration::from_secs(10));
         for tenth in 1..=10u64 {
             let due = pass.due(start + Duration::from_secs(tenth), period).count();

@@ -236,7 +236,10 @@ mod tests {
         for event in [Init, InitApply(app("a", "1")), InitApply(app("b", "2"))] {
             reflect(&event);
         }
-        assert!(cache.state().is_empty(), "the first list fills the cache at its end");
+        assert!(
+            cache.state().is_empty(),
+            "the first list fills the cache at its end"
+        );
         reflect(&InitDone);
         assert_eq!(cache.state().len(), 2);
         reflect(&Apply(app("c", "3")));
@@ -247,8 +250,16 @@ mod tests {
         }
         reflect(&InitApply(app("a", "5")));
         reflect(&InitApply(app("c", "3")));
-        assert_eq!(cached("a").as_deref(), Some("5"), "updated as its page arrives");
-        assert_eq!(cached("b").as_deref(), Some("2"), "kept until the list ends");
+        assert_eq!(
+            cached("a").as_deref(),
+            Some("5"),
+            "updated as its page arrives"
+        );
+        assert_eq!(
+            cached("b").as_deref(),
+            Some("2"),
+            "kept until the list ends"
+        );
         reflect(&InitDone);
         let mut names: Vec<_> = cache.state().iter().map(|a| a.name_any()).collect();
         names.sort();
