@@ -202,8 +202,9 @@ pub fn packed<K>() -> (Packed<K>, PackedWriter<K>) {
     (reader, writer)
 }
 
-fn key(namespace: &str, name: &str) -> Box<str> {
-    // Neither a namespace nor a name can hold a `/`.
+/// An object's `namespace/name`, one allocation: the key of the caches here, of the resync's
+/// passes and of a MyApp relist's listed set. Neither a namespace nor a name can hold a `/`.
+pub(crate) fn key(namespace: &str, name: &str) -> Box<str> {
     format!("{namespace}/{name}").into_boxed_str()
 }
 

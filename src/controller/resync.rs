@@ -3,9 +3,9 @@
 //!
 //! kube's way is a requeue after every reconcile (`Action::requeue`), which keeps an entry per
 //! MyApp in the controller's scheduler for as long as the MyApp exists: its key (four strings)
-//! twice, in a map and in a timer queue, about a kilobyte per MyApp at rest. A pass here holds a
-//! hash and one short string per MyApp, and only while it lasts; the scheduler holds what is due
-//! now. Retries after an error keep their backoff: a MyApp in a failure streak is left to it.
+//! twice, in a map and in a timer queue. A pass here holds a hash and one short string per
+//! MyApp, and only while it lasts; the scheduler holds what is due now. Retries after an error
+//! keep their backoff: a MyApp in a failure streak is left to it.
 
 use std::{
     hash::{BuildHasher, BuildHasherDefault, DefaultHasher},
@@ -21,7 +21,7 @@ use kube::{
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::context::Failures;
-use crate::crd::MyApp;
+use crate::{crd::MyApp, packed::key};
 
 /// How often a pass hands over the MyApps whose point it has reached. The scheduler gets them
 /// together, so the runtime wakes once for a batch rather than once per MyApp; a tenth of a
@@ -38,9 +38,9 @@ pub(super) fn resyncs(
     let mut ticks = tokio::time::interval_at(Instant::now() + TICK, TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let pass = Pass::new(Vec::new(), Instant::now());
-    stream::unfold((ticks, pass), move |(mut ticks, mut pass)| {
-        let (apps, failures) = (apps.clone(), failures.clone());
-        async move {
+    stream::unfold(
+        (ticks, pass, apps, failures),
+        move |(mut ticks, mut pass, apps, failures)| async move {
             let now = ticks.tick().await;
             let due: Vec<_> = pass
                 .due(now, period)
@@ -50,9 +50,9 @@ pub(super) fn resyncs(
             if pass.ended(now, period) {
                 pass = Pass::new(keys(&apps), now);
             }
-            Some((stream::iter(due), (ticks, pass)))
-        }
-    })
+            Some((stream::iter(due), (ticks, pass, apps, failures)))
+        },
+    )
     .flatten()
 }
 
@@ -68,15 +68,15 @@ fn keys(apps: &Store<MyApp>) -> Vec<(u64, Box<str>)> {
         .state()
         .iter()
         .map(|app| {
-            let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
-            (point(&key), key.into_boxed_str())
+            let key = key(&app.namespace().unwrap_or_default(), &app.name_any());
+            (point(&key), key)
         })
         .collect();
     keys.sort_unstable();
     keys
 }
 
-/// The `ObjectRef` of a `namespace/name` key (neither part may hold a `/`).
+/// The `ObjectRef` of a [`key`].
 fn object_ref(key: &str) -> Option<ObjectRef<MyApp>> {
     let (namespace, name) = key.split_once('/')?;
     Some(ObjectRef::new(name).within(namespace))

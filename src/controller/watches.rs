@@ -30,8 +30,9 @@ pub(super) fn reflect_in_place(
     mut writer: Writer<MyApp>,
 ) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
     let cache = writer.as_reader();
-    let (mut listed_once, mut listed) = (false, HashSet::<(String, String)>::new());
-    let key = |app: &MyApp| (app.namespace().unwrap_or_default(), app.name_any());
+    let (mut listed_once, mut listed) = (false, HashSet::<Box<str>>::new());
+    let key =
+        |app: &MyApp| crate::packed::key(&app.namespace().unwrap_or_default(), &app.name_any());
     move |event| match event {
         watcher::Event::InitDone if !listed_once => {
             writer.apply_watcher_event(event);
