@@ -56,6 +56,25 @@ impl World {
         Api::namespaced(self.cluster.client(), "default")
     }
 
+    /// Each Event in the namespace: what it regards, its reason and note, when it was made.
+    async fn events(&self) -> Vec<String> {
+        let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+            self.cluster.client(),
+            "default",
+        );
+        let Ok(list) = events.list(&Default::default()).await else {
+            return vec!["(the Events could not be listed)".into()];
+        };
+        list.items
+            .into_iter()
+            .map(|e| {
+                let regarding = e.regarding.and_then(|r| r.name).unwrap_or_default();
+                let made = e.event_time.map(|t| t.0.to_string()).unwrap_or_default();
+                format!("{regarding} {:?} {:?} {made}", e.reason, e.note)
+            })
+            .collect()
+    }
+
     fn start_operator(&mut self) {
         let replica = self
             .cluster
@@ -277,13 +296,16 @@ async fn a_kill_after_any_write_of_any_operation_converges_on_what_the_user_wrot
             Operation::ReplicasToAutoscaler => 2,
             _ => 1,
         };
-        assert!(
-            count("deployments") <= deployments_most
-                && count("services") <= 1
-                && count("myapps/status") <= 2
-                && count("events") <= events_most,
-            "{operation:?} went over the budget: {writes:?}"
-        );
+        let within = count("deployments") <= deployments_most
+            && count("services") <= 1
+            && count("myapps/status") <= 2
+            && count("events") <= events_most;
+        if !within {
+            panic!(
+                "{operation:?} went over the budget: {writes:?}; the Events in the namespace: {:#?}",
+                world.events().await
+            );
+        }
 
         // Then killed after each of those writes in turn, and after none.
         for k in 0..total {
