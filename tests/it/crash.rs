@@ -150,7 +150,29 @@ impl World {
             self.merge("edited", json!({"replicas": 2})).await;
         }
         self.settled().await;
+        self.events_published().await;
         name
+    }
+
+    /// Waits until the operator has published no Event for a while. It publishes an Event
+    /// after the status write that reached a phase, without the reconcile waiting for it, so
+    /// one of the preparation's can land after `settled` and be counted as the operation's.
+    async fn events_published(&self) {
+        let faults = self.cluster.sandbox.faults();
+        let published = || {
+            faults
+                .requests()
+                .iter()
+                .filter(|r| is_operator_write(r) && r.resource.as_deref() == Some("events"))
+                .count()
+        };
+        loop {
+            let before = published();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if published() == before {
+                return;
+            }
+        }
     }
 
     async fn merge(&mut self, name: &str, spec: serde_json::Value) {
