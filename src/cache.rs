@@ -222,6 +222,14 @@ impl<'de> Deserialize<'de> for CachedDeployment {
     }
 }
 
+impl CachedDeployment {
+    /// What an apply of ours sets on it (see `resources::child_meta`): name, namespace, labels,
+    /// annotations, owner references and spec. Not its status, nor what the server sets.
+    pub fn applied_part(&self) -> impl Serialize + '_ {
+        applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
+    }
+}
+
 impl Serialize for CachedDeployment {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         WireRef {
@@ -354,6 +362,31 @@ impl<'de> Deserialize<'de> for CachedService {
             spec: wire.spec,
         })
     }
+}
+
+impl CachedService {
+    /// What an apply of ours sets on it: see [`CachedDeployment::applied_part`].
+    pub fn applied_part(&self) -> impl Serialize + '_ {
+        applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
+    }
+}
+
+/// A cached child's metadata that an apply of ours sets, and its spec.
+fn applied_part<'a, S: Serialize>(
+    metadata: &'a ObjectMeta,
+    labels: &'a Labels,
+    annotations: &'a Labels,
+    spec: &'a S,
+) -> impl Serialize + 'a {
+    let owners = &metadata.owner_references;
+    (
+        &metadata.name,
+        &metadata.namespace,
+        labels,
+        annotations,
+        owners,
+        spec,
+    )
 }
 
 impl Serialize for CachedService {

@@ -90,6 +90,7 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
         app: app.meta().resource_version.as_deref().map(version_number),
         deployment: ctx.deployments.version(namespace, &key.name),
         service: ctx.services.version(namespace, &key.name),
+        ..Versions::default()
     };
     if ctx.verified.settled(&key, versions) {
         // The plan at these versions found nothing to do, and would again (`verified`).
@@ -101,6 +102,12 @@ async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
     let versions = Versions {
         deployment: version(deployment.as_ref()).map(version_number),
         service: version(service.as_ref()).map(version_number),
+        deployment_shape: deployment
+            .as_ref()
+            .map(|d| ctx.verified.shape(&d.applied_part())),
+        service_shape: service
+            .as_ref()
+            .map(|s| ctx.verified.shape(&s.applied_part())),
         ..versions
     };
     let seen = Seen::gather(

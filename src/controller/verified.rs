@@ -1,14 +1,18 @@
-//! Children found to hold what their MyApp asks of them, remembered by the two versions
-//! compared, so that a reconcile over the same pair (a resync, or one triggered by another
-//! object's event) need not build the desired child and compare it again; and MyApps found
-//! settled, remembered by all three versions, so that such a reconcile need not even read its
-//! children from the cache.
+//! Children found to hold what their MyApp asks of them, remembered by the MyApp's version and
+//! the child's shape, so that a reconcile over the same pair (a resync, one triggered by
+//! another object's event, or by the child's own status) need not build the desired child and
+//! compare it again; and MyApps found settled, remembered by all three versions, so that such a
+//! reconcile need not even read its children from the cache.
 //!
 //! What a MyApp asks of a child depends on the MyApp alone (`resources::desired_deployment`,
 //! `resources::desired_service`: its spec, name, uid and generation), and anything that changes
-//! the MyApp or the child changes its resourceVersion. So once the child at version C was found
-//! to hold everything the MyApp at version A asks for, that stays true for as long as the cache
-//! holds both at those versions. Versions are compared for equality only.
+//! the MyApp changes its resourceVersion. Of the child, the comparison reads only what an apply
+//! of ours sets (`CachedDeployment::applied_part`): not its status, which its controller
+//! rewrites several times per rollout. A child's shape is a keyed hash of that part, so once
+//! the child in one shape was found to hold everything the MyApp at version A asks for, any
+//! version of it in the same shape does too, for as long as the MyApp stays at A. The hash's
+//! key is drawn per process, so that nobody who can edit a child can make another shape pass
+//! for the one found holding. Versions are compared for equality only.
 //!
 //! A plan is settled when it finds nothing to write and nothing to wait for, with no write of
 //! ours outstanding and a status that time alone cannot change (`plan::Plan::settles`). The
@@ -34,8 +38,8 @@ use kube::runtime::{
 use super::child::Child;
 use crate::crd::MyApp;
 
-/// Per MyApp: the version it was at, each child's version found to hold what it asks, and
-/// whether the three were found settled.
+/// Per MyApp: the version it was at, each child's shape found to hold what it asks, and the
+/// children's versions at which the three were found settled.
 #[derive(Default)]
 pub(super) struct Verified {
     hasher: std::hash::RandomState,
@@ -47,41 +51,55 @@ struct Entry {
     app: u64,
     deployment: Option<u64>,
     service: Option<u64>,
-    settled: bool,
+    /// The Deployment's and the Service's versions, when settled.
+    settled: Option<(u64, u64)>,
 }
 
-/// The versions one reconcile saw, each as `packed::version_number` gives it.
+/// What one reconcile saw: the versions, each as `packed::version_number` gives it, and the
+/// children's shapes ([`Verified::shape`]) once they were read.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct Versions {
     pub app: Option<u64>,
     pub deployment: Option<u64>,
     pub service: Option<u64>,
+    pub deployment_shape: Option<u64>,
+    pub service_shape: Option<u64>,
 }
 
 impl Versions {
-    fn child(&self, child: Child) -> Option<u64> {
+    fn shape(&self, child: Child) -> Option<u64> {
         match child {
-            Child::Deployment => self.deployment,
-            Child::Service => self.service,
+            Child::Deployment => self.deployment_shape,
+            Child::Service => self.service_shape,
         }
     }
 }
 
 impl Verified {
-    /// Whether `child`, at its version in `seen`, was found to hold what the MyApp `key` at
-    /// its version asks of it.
+    /// A child's shape: a hash, keyed per process, of the part of it that an apply of ours
+    /// sets (`CachedDeployment::applied_part`, `CachedService::applied_part`).
+    pub(super) fn shape(&self, applied_part: &impl serde::Serialize) -> u64 {
+        let mut hasher = HashWriter(self.hasher.build_hasher());
+        // Serializing the cached types cannot fail (every map key is a string), and a hasher
+        // takes every byte.
+        let _ = serde_json::to_writer(&mut hasher, applied_part);
+        hasher.0.finish()
+    }
+
+    /// Whether `child`, in its shape in `seen`, was found to hold what the MyApp `key` at its
+    /// version asks of it.
     pub(super) fn holds(&self, key: &ObjectRef<MyApp>, seen: Versions, child: Child) -> bool {
-        let (Some(app), Some(found)) = (seen.app, seen.child(child)) else {
+        let (Some(app), Some(found)) = (seen.app, seen.shape(child)) else {
             return false;
         };
         let entry = self.lock().get(&self.key(key)).copied();
         entry.is_some_and(|e| e.app == app && *e.child(child) == Some(found))
     }
 
-    /// Notes that `child`, at its version in `seen`, holds what the MyApp `key` at its version
+    /// Notes that `child`, in its shape in `seen`, holds what the MyApp `key` at its version
     /// asks of it. A note for another MyApp version replaces the entry.
     pub(super) fn note(&self, key: &ObjectRef<MyApp>, seen: Versions, child: Child) {
-        let (Some(app), Some(found)) = (seen.app, seen.child(child)) else {
+        let (Some(app), Some(found)) = (seen.app, seen.shape(child)) else {
             return;
         };
         let mut entries = self.lock();
@@ -95,7 +113,7 @@ impl Verified {
         let noted = entry.child_mut(child);
         if *noted != Some(found) {
             *noted = Some(found);
-            entry.settled = false;
+            entry.settled = None;
         }
     }
 
@@ -106,24 +124,26 @@ impl Verified {
         };
         let entry = self.lock().get(&self.key(key)).copied();
         entry.is_some_and(|e| {
-            e.settled
-                && e.app == app
-                && e.deployment == seen.deployment
-                && e.service == seen.service
+            e.app == app
+                && e.settled.is_some_and(|(deployment, service)| {
+                    seen.deployment == Some(deployment) && seen.service == Some(service)
+                })
         })
     }
 
     /// Notes that the MyApp `key` is settled at these versions: both children hold what it
     /// asks, and its status is what it should be.
     pub(super) fn settle(&self, key: &ObjectRef<MyApp>, seen: Versions) {
-        let (Some(app), Some(_), Some(_)) = (seen.app, seen.deployment, seen.service) else {
+        let (Some(app), Some(deployment), Some(service)) =
+            (seen.app, seen.deployment, seen.service)
+        else {
             return;
         };
         let entry = Entry {
             app,
-            deployment: seen.deployment,
-            service: seen.service,
-            settled: true,
+            deployment: seen.deployment_shape,
+            service: seen.service_shape,
+            settled: Some((deployment, service)),
         };
         self.lock().insert(self.key(key), entry);
     }
@@ -164,6 +184,20 @@ impl Verified {
     }
 }
 
+/// A [`Hasher`] as an `io::Write`, for serializing into.
+struct HashWriter<H>(H);
+
+impl<H: Hasher> std::io::Write for HashWriter<H> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Entry {
     fn child(&self, child: Child) -> &Option<u64> {
         match child {
@@ -184,11 +218,14 @@ impl Entry {
 mod tests {
     use super::*;
 
+    /// Children whose versions are their shapes: each version in another shape.
     fn seen(app: u64, deployment: u64, service: u64) -> Versions {
         Versions {
             app: Some(app),
             deployment: Some(deployment),
             service: Some(service),
+            deployment_shape: Some(deployment),
+            service_shape: Some(service),
         }
     }
 
@@ -223,8 +260,90 @@ mod tests {
         );
         assert!(holds(12, Child::Service, 31));
 
+        let status_only = Versions {
+            service: Some(32),
+            ..seen(12, 0, 31)
+        };
+        assert!(
+            verified.holds(&key, status_only, Child::Service),
+            "a new version in the same shape holds"
+        );
+        let unread = Versions {
+            service_shape: None,
+            ..seen(12, 0, 31)
+        };
+        assert!(
+            !verified.holds(&key, unread, Child::Service),
+            "no shape, no memory"
+        );
+
         forget(&watcher::Event::Delete(web.clone()));
         assert!(!holds(12, Child::Service, 31), "the deletion forgot it");
+    }
+
+    #[test]
+    fn a_shape_covers_what_an_apply_sets_and_not_the_status_or_the_version() {
+        use crate::{
+            cache::{CachedDeployment, CachedService, cached},
+            resources,
+        };
+        use k8s_openapi::api::apps::v1::DeploymentStatus;
+        let app = MyApp::test("web").in_namespace("shop").stored();
+        let desired = resources::desired_deployment(&app);
+        let service = resources::desired_service(&app);
+        for json in [desired.json(), service.json()] {
+            let top: Vec<_> = json.as_object().unwrap().keys().collect();
+            assert_eq!(top, ["metadata", "spec"], "an apply sets nothing else");
+            for key in json["metadata"].as_object().unwrap().keys() {
+                assert!(
+                    [
+                        "name",
+                        "namespace",
+                        "labels",
+                        "annotations",
+                        "ownerReferences"
+                    ]
+                    .contains(&key.as_str()),
+                    "metadata.{key} is not in the applied part"
+                );
+            }
+        }
+        let verified = Verified::default();
+        let shape = |deployment: &k8s_openapi::api::apps::v1::Deployment| {
+            verified.shape(&cached::<_, CachedDeployment>(deployment).applied_part())
+        };
+        let mut deployment = desired.object().clone();
+        deployment.metadata.resource_version = Some("5".into());
+        let at_5 = shape(&deployment);
+        deployment.metadata.resource_version = Some("6".into());
+        deployment.status = Some(DeploymentStatus {
+            ready_replicas: Some(3),
+            ..DeploymentStatus::default()
+        });
+        assert_eq!(
+            shape(&deployment),
+            at_5,
+            "a status and a version are not part of it"
+        );
+        let edits: [fn(&mut k8s_openapi::api::apps::v1::Deployment); 4] = [
+            |d| d.spec.as_mut().unwrap().replicas = Some(7),
+            |d| {
+                let labels = d.metadata.labels.get_or_insert_default();
+                labels.insert("team".into(), "a".into());
+            },
+            |d| {
+                let annotations = d.metadata.annotations.get_or_insert_default();
+                annotations.insert(resources::APPLIED_DIGEST_ANNOTATION.into(), "x".into());
+            },
+            |d| d.metadata.owner_references = None,
+        ];
+        for (n, edit) in edits.into_iter().enumerate() {
+            let mut edited = deployment.clone();
+            edit(&mut edited);
+            assert_ne!(shape(&edited), at_5, "edit {n}");
+        }
+        let service = cached::<_, CachedService>(service.object());
+        assert_ne!(verified.shape(&service.applied_part()), at_5);
     }
 
     #[test]
@@ -247,6 +366,15 @@ mod tests {
             ..seen(10, 20, 30)
         };
         assert!(!verified.settled(&key, no_service), "a child went");
+        let status_only = Versions {
+            deployment: Some(21),
+            ..seen(10, 20, 30)
+        };
+        assert!(
+            !verified.settled(&key, status_only),
+            "a child's new version unsettles the MyApp, even in the same shape"
+        );
+        assert!(verified.holds(&key, status_only, Child::Deployment));
 
         verified.note(&key, seen(10, 22, 30), Child::Deployment);
         assert!(
