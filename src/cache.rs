@@ -425,8 +425,8 @@ impl From<MyApp> for CachedMyApp {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReportedStatus {
     /// [`digest`] of the whole status: a plan writes the status it computes when that one's
-    /// digest differs.
-    pub digest: u64,
+    /// digest differs ([`ReportedStatus::is`]).
+    digest: u64,
     /// `observedGeneration`: whether a MyApp's watch event triggers a reconcile.
     pub observed_generation: Option<i64>,
     /// `phase`: the phase Event says which phase the app left.
@@ -444,12 +444,12 @@ impl ReportedStatus {
     pub fn of(status: &MyAppStatus) -> Self {
         let transition = |type_: &str| {
             let condition = status.conditions.iter().find(|c| c.type_ == type_)?;
-            let true_ = match condition.status.as_str() {
+            let is_true = match condition.status.as_str() {
                 "True" => true,
                 "False" => false,
                 _ => return None,
             };
-            Some((true_, condition.last_transition_time.clone()))
+            Some((is_true, condition.last_transition_time.clone()))
         };
         Self {
             digest: digest(status),
@@ -462,8 +462,8 @@ impl ReportedStatus {
     /// The `lastTransitionTime` of the condition of `type_`, if it has `status`.
     pub fn transitioned(&self, type_: &str, status: &str) -> Option<&Time> {
         let at = CONDITION_TYPES.iter().position(|t| *t == type_)?;
-        let (true_, time) = self.transitions[at].as_ref()?;
-        (status == if *true_ { "True" } else { "False" }).then_some(time)
+        let (is_true, time) = self.transitions[at].as_ref()?;
+        (status == if *is_true { "True" } else { "False" }).then_some(time)
     }
 
     /// Whether `status` is the status reported (but for a digest collision, one in 2^64).
@@ -477,7 +477,7 @@ impl ReportedStatus {
 /// a collision. SipHash under fixed keys (`DefaultHasher::new`), not `RandomState`: the digest
 /// of a status parsed from a watch event and of the status a plan computes must compare, within
 /// the process; no digest leaves it.
-pub fn digest(status: &MyAppStatus) -> u64 {
+fn digest(status: &MyAppStatus) -> u64 {
     // Destructured whole, so that a field added to the status cannot be left out.
     let MyAppStatus {
         observed_generation,
