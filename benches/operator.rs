@@ -699,7 +699,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
                 .await
                 .unwrap_or_else(|e| panic!("loader: applying Service {name}: {e}"));
             let status = json!({"apiVersion": "example.com/v1", "kind": "MyApp",
-                                "status": myapp_operator::status::status(&a, None, k8s_openapi::jiff::Timestamp::now())});
+                                "status": myapp_operator::status::status(&a, None, None, k8s_openapi::jiff::Timestamp::now())});
             Api::<MyApp>::namespaced(client.clone(), "baseline")
                 .patch_status(&name, &apply, &Patch::Apply(&status))
                 .await

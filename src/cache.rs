@@ -1,7 +1,7 @@
 //! What the watch caches keep. Children are partial typed objects holding only the fields
 //! [`crate::resources`] applies (so [`crate::resources::Desired::is_applied_to`] can compare)
-//! and the status fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads
-//! ([`WatchedMyApp`]).
+//! and the status fields [`crate::status::Rollout`] reads; MyApps lose what nothing reads and
+//! keep of their status what the controller reads ([`CachedMyApp`]).
 //!
 //! The watch caches hold one of each child per MyApp, so their size is the operator's memory.
 //! A k8s-openapi `Deployment` is 2.4 KB inline and each `Container` another 2.1 KB before any
@@ -13,15 +13,18 @@
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time},
 };
-use kube::{Resource, runtime::watcher};
+use kube::{Resource, core::object::HasSpec};
 use serde::{Deserialize, Serialize};
 
-use std::borrow::Cow;
+use std::{
+    borrow::Cow,
+    hash::{DefaultHasher, Hash, Hasher},
+};
 
 use crate::{
-    crd::{MyApp, MyAppSpec, MyAppStatus},
+    crd::{CONDITION_TYPES, MyApp, MyAppSpec, MyAppStatus, Phase},
     resources::{
         APP_NAME, APPLIED_DIGEST_ANNOTATION, FIELD_MANAGER, GENERATION_ANNOTATION, PORT_NAME,
         REPLICAS_ANNOTATION,
@@ -400,18 +403,30 @@ impl Serialize for CachedService {
     }
 }
 
-/// A MyApp as its watch parses it, without what nothing reads: `managedFields`, labels and
-/// annotations (`kubectl apply` keeps a whole copy of the object in one). They are skipped
-/// while parsing, not built and then dropped; [`watched_myapp`] hands the MyApp on.
-#[derive(Resource, Clone, Debug)]
+/// A MyApp as its watch cache keeps it: without what nothing reads (`managedFields`, labels and
+/// annotations, which `kubectl apply` fills with a whole copy of the object; all skipped while
+/// parsing, not built and then dropped), and with its status reduced to what the controller
+/// reads of it ([`ReportedStatus`]).
+#[derive(Resource, Clone, Debug, PartialEq)]
 #[resource(inherit = MyApp)]
-pub struct WatchedMyApp {
-    metadata: ObjectMeta,
-    spec: MyAppSpec,
-    status: Option<MyAppStatus>,
+pub struct CachedMyApp {
+    /// Everything but labels, annotations and managedFields.
+    pub metadata: ObjectMeta,
+    pub spec: MyAppSpec,
+    pub status: Option<ReportedStatus>,
 }
 
-impl<'de> Deserialize<'de> for WatchedMyApp {
+impl HasSpec for CachedMyApp {
+    type Spec = MyAppSpec;
+    fn spec(&self) -> &MyAppSpec {
+        &self.spec
+    }
+    fn spec_mut(&mut self) -> &mut MyAppSpec {
+        &mut self.spec
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedMyApp {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Wire {
@@ -425,31 +440,109 @@ impl<'de> Deserialize<'de> for WatchedMyApp {
         Ok(Self {
             metadata,
             spec: wire.spec,
-            status: wire.status,
+            status: wire.status.as_ref().map(ReportedStatus::of),
         })
     }
 }
 
-impl From<WatchedMyApp> for MyApp {
-    fn from(watched: WatchedMyApp) -> Self {
-        Self {
-            metadata: watched.metadata,
-            spec: watched.spec,
-            status: watched.status,
-        }
+/// A MyApp as its cache would hold it once the watch sent it.
+#[cfg(test)]
+impl From<MyApp> for CachedMyApp {
+    fn from(app: MyApp) -> Self {
+        cached(&app)
     }
 }
 
-/// A MyApp watch's event, carrying MyApps.
-pub fn watched_myapp(event: watcher::Event<WatchedMyApp>) -> watcher::Event<MyApp> {
-    use watcher::Event;
-    match event {
-        Event::Apply(app) => Event::Apply(app.into()),
-        Event::Delete(app) => Event::Delete(app.into()),
-        Event::Init => Event::Init,
-        Event::InitApply(app) => Event::InitApply(app.into()),
-        Event::InitDone => Event::InitDone,
+/// What the controller reads of a MyApp's status as reported. A whole status is a selector and
+/// three conditions of four strings each, about a kilobyte per MyApp; this allocates nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportedStatus {
+    /// [`digest`] of the whole status: a plan writes the status it computes when that one's
+    /// digest differs ([`ReportedStatus::is`]).
+    digest: u64,
+    /// `observedGeneration`: whether a MyApp's watch event triggers a reconcile.
+    pub observed_generation: Option<i64>,
+    /// `phase`: the phase Event says which phase the app left.
+    pub phase: Option<Phase>,
+    /// For each of [`CONDITION_TYPES`], whether its condition is `True` (else `False`) and its
+    /// `lastTransitionTime`, which a condition keeps while its status does not flip. A missing
+    /// condition, or one of another status (`Unknown`), is `None`: the operator writes only
+    /// `True` and `False`, so no status it computes keeps that one's time. The CRD keys
+    /// conditions by type, so a status holds at most one of each.
+    transitions: [Option<(bool, Time)>; 3],
+}
+
+impl ReportedStatus {
+    /// What the controller reads of `status`.
+    pub fn of(status: &MyAppStatus) -> Self {
+        let transition = |type_: &str| {
+            let condition = status.conditions.iter().find(|c| c.type_ == type_)?;
+            let is_true = match condition.status.as_str() {
+                "True" => true,
+                "False" => false,
+                _ => return None,
+            };
+            Some((is_true, condition.last_transition_time.clone()))
+        };
+        Self {
+            digest: digest(status),
+            observed_generation: status.observed_generation,
+            phase: status.phase,
+            transitions: CONDITION_TYPES.map(transition),
+        }
     }
+
+    /// The `lastTransitionTime` of the condition of `type_`, if it has `status`.
+    pub fn transitioned(&self, type_: &str, status: &str) -> Option<&Time> {
+        let at = CONDITION_TYPES.iter().position(|t| *t == type_)?;
+        let (is_true, time) = self.transitions[at].as_ref()?;
+        (status == if *is_true { "True" } else { "False" }).then_some(time)
+    }
+
+    /// Whether `status` is the status reported (but for a digest collision, one in 2^64).
+    pub fn is(&self, status: &MyAppStatus) -> bool {
+        self.digest == digest(status)
+    }
+}
+
+/// A hash of every field of `status`, so equal statuses have equal digests and statuses that
+/// differ anywhere (a condition's message, a transition time to the nanosecond) differ but for
+/// a collision. SipHash under fixed keys (`DefaultHasher::new`), not `RandomState`: the digest
+/// of a status parsed from a watch event and of the status a plan computes must compare, within
+/// the process; no digest leaves it.
+fn digest(status: &MyAppStatus) -> u64 {
+    // Destructured whole, so that a field added to the status cannot be left out.
+    let MyAppStatus {
+        observed_generation,
+        replicas,
+        available_replicas,
+        phase,
+        selector,
+        conditions,
+    } = status;
+    let mut hasher = DefaultHasher::new();
+    (
+        observed_generation,
+        replicas,
+        available_replicas,
+        phase,
+        selector,
+    )
+        .hash(&mut hasher);
+    conditions.len().hash(&mut hasher);
+    for condition in conditions {
+        let Condition {
+            type_,
+            status,
+            reason,
+            message,
+            observed_generation,
+            last_transition_time,
+        } = condition;
+        (type_, status, reason, message, observed_generation).hash(&mut hasher);
+        last_transition_time.0.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// A cached child as the API sends it.
@@ -736,20 +829,133 @@ mod tests {
     }
 
     #[test]
-    fn a_watched_myapp_is_the_myapp_without_managed_fields_labels_and_annotations() {
+    fn a_cached_myapp_is_the_myapp_without_managed_fields_labels_and_annotations() {
         let json = serde_json::json!({
             "apiVersion": "example.com/v1", "kind": "MyApp",
             "metadata": every_metadata_field(),
             "spec": {"replicas": 2, "image": "nginx:1.27", "port": 8080,
                 "env": [{"name": "A", "value": "1"}]},
-            "status": {"observedGeneration": 3, "availableReplicas": 2, "phase": "Running"},
+            "status": {"observedGeneration": 3, "availableReplicas": 2, "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Available",
+                    "message": "2/2 replicas available",
+                    "lastTransitionTime": "2026-12-03T10:00:00Z"}]},
         });
         let mut expected: MyApp = serde_json::from_value(json.clone()).unwrap();
         let meta = &mut expected.metadata;
         assert!(meta.managed_fields.is_some() && meta.labels.is_some());
         (meta.managed_fields, meta.labels, meta.annotations) = (None, None, None);
-        let watched: WatchedMyApp = serde_json::from_value(json).unwrap();
-        assert_eq!(MyApp::from(watched), expected);
+        let cached: CachedMyApp = serde_json::from_value(json).unwrap();
+        assert_eq!(cached.metadata, expected.metadata);
+        assert_eq!(cached.spec, expected.spec);
+        let status = expected.status.unwrap();
+        assert_eq!(cached.status, Some(ReportedStatus::of(&status)));
+        assert!(
+            cached.status.unwrap().is(&status),
+            "the digest survives the wire"
+        );
+    }
+
+    /// A status as the operator writes it, every field set.
+    fn full_status() -> MyAppStatus {
+        let condition = |type_: &str, status: &str, second: i64| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Available".into(),
+            message: "2/2 replicas available".into(),
+            observed_generation: Some(3),
+            last_transition_time: Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + second).unwrap(),
+            ),
+        };
+        MyAppStatus {
+            observed_generation: Some(3),
+            replicas: Some(2),
+            available_replicas: Some(2),
+            phase: Some(Phase::Running),
+            selector: Some("app.kubernetes.io/instance=web,app.kubernetes.io/name=myapp".into()),
+            conditions: vec![
+                condition("Ready", "True", 0),
+                condition("Progressing", "False", 1),
+                condition("Degraded", "False", 2),
+            ],
+        }
+    }
+
+    #[test]
+    fn equal_statuses_have_equal_digests_and_a_change_of_any_field_changes_it() {
+        let status = full_status();
+        assert_eq!(digest(&status), digest(&status.clone()));
+        assert_eq!(
+            digest(&status),
+            digest(&serde_json::from_value(serde_json::to_value(&status).unwrap()).unwrap()),
+            "the same status read back from its JSON"
+        );
+        type Change = fn(&mut MyAppStatus);
+        let changes: [(&str, Change); 16] = [
+            ("observedGeneration", |s| s.observed_generation = Some(4)),
+            ("observedGeneration unset", |s| s.observed_generation = None),
+            ("replicas", |s| s.replicas = Some(3)),
+            ("availableReplicas", |s| s.available_replicas = Some(1)),
+            ("phase", |s| s.phase = Some(Phase::Degraded)),
+            ("selector", |s| s.selector = Some("app=web".into())),
+            ("selector unset", |s| s.selector = None),
+            ("a condition fewer", |s| drop(s.conditions.pop())),
+            ("conditions reordered", |s| s.conditions.swap(1, 2)),
+            ("a type", |s| s.conditions[0].type_ = "Available".into()),
+            ("a status", |s| s.conditions[1].status = "True".into()),
+            ("a reason", |s| {
+                s.conditions[2].reason = "Unavailable".into()
+            }),
+            ("a message", |s| s.conditions[0].message.push('!')),
+            ("a condition's generation", |s| {
+                s.conditions[0].observed_generation = Some(2)
+            }),
+            ("a transition time", |s| {
+                s.conditions[1].last_transition_time.0 += std::time::Duration::from_secs(1)
+            }),
+            ("a transition time's nanoseconds", |s| {
+                s.conditions[2].last_transition_time.0 += std::time::Duration::from_nanos(1)
+            }),
+        ];
+        let mut seen = vec![digest(&status)];
+        for (field, change) in changes {
+            let mut changed = status.clone();
+            change(&mut changed);
+            assert!(!seen.contains(&digest(&changed)), "{field}: same digest");
+            seen.push(digest(&changed));
+        }
+    }
+
+    #[test]
+    fn a_reported_status_keeps_each_conditions_status_and_transition_time() {
+        let mut status = full_status();
+        status.conditions[2].status = "Unknown".into();
+        status.conditions.swap(0, 1);
+        let reported = ReportedStatus::of(&status);
+        let (observed, phase) = (reported.observed_generation, reported.phase);
+        assert_eq!((observed, phase), (Some(3), Some(Phase::Running)));
+        let time = |second: i64| {
+            Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + second).unwrap())
+        };
+        assert_eq!(reported.transitioned("Ready", "True"), Some(&time(0)));
+        assert_eq!(reported.transitioned("Ready", "False"), None);
+        assert_eq!(
+            reported.transitioned("Progressing", "False"),
+            Some(&time(1))
+        );
+        assert_eq!(
+            reported.transitioned("Degraded", "False"),
+            None,
+            "Unknown now"
+        );
+        assert_eq!(
+            reported.transitioned("Degraded", "Unknown"),
+            None,
+            "never written"
+        );
+        assert_eq!(reported.transitioned("Available", "True"), None, "not ours");
+        assert!(reported.is(&status));
+        assert!(!reported.is(&full_status()));
     }
 
     #[test]
@@ -784,12 +990,12 @@ mod tests {
         assert!(serde_json::from_value::<CachedService>(json).is_err());
         let json =
             serde_json::json!({"metadata": "web", "spec": {"image": "nginx:1.27", "port": 80}});
-        assert!(serde_json::from_value::<WatchedMyApp>(json).is_err());
+        assert!(serde_json::from_value::<CachedMyApp>(json).is_err());
         let json = serde_json::json!({"metadata": {}, "spec": {"image": "nginx:1.27", "port": 80}});
-        assert!(serde_json::from_value::<WatchedMyApp>(json).is_ok());
+        assert!(serde_json::from_value::<CachedMyApp>(json).is_ok());
         let json = serde_json::json!({"metadata": {}});
         assert!(
-            serde_json::from_value::<WatchedMyApp>(json).is_err(),
+            serde_json::from_value::<CachedMyApp>(json).is_err(),
             "no spec"
         );
     }

@@ -30,7 +30,7 @@ pub use execute::REPLICAS_HANDOFF_MANAGER;
 pub use retry::STATUS_FORBIDDEN_FIX;
 
 use crate::{
-    cache::{self, CachedDeployment, CachedService, WatchedMyApp},
+    cache::{CachedDeployment, CachedMyApp, CachedService},
     fence::Gate,
     fight,
     metrics::Metrics,
@@ -94,12 +94,11 @@ pub async fn run(
     let queue = metrics.queue.clone();
     let applied = Arc::new(RecentWrites::new(RECENT_WRITES_TTL));
     let reported = Arc::new(RecentWrites::new(RECENT_WRITES_TTL));
-    let (apps, apps_writer) = reflector::store::<crate::crd::MyApp>();
+    let (apps, apps_writer) = reflector::store::<CachedMyApp>();
     let failures = Arc::new(Failures::default());
     let verified = Arc::new(verified::Verified::default());
     let crd = crd_missing::CrdPresence::new(metrics.clone());
-    let app_events = watcher(Api::<WatchedMyApp>::all(client.clone()), watch_config)
-        .map_ok(cache::watched_myapp)
+    let app_events = watcher(Api::<CachedMyApp>::all(client.clone()), watch_config)
         .inspect({
             let crd = crd.clone();
             move |item| crd.observe(item)

@@ -9,7 +9,7 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::Condition,
 };
-use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use kube::{CustomResource, CustomResourceExt, KubeSchema, Resource, core::object::HasSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -165,8 +165,17 @@ pub struct MyAppStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The types of the conditions the operator writes, in the order it writes them.
+pub const CONDITION_TYPES: [&str; 3] = ["Ready", "Progressing", "Degraded"];
+
+/// What the pure builders (`resources`, `status`) read of a MyApp: its metadata and spec. The
+/// API type has them, and so has the MyApp cache's, which keeps only a digest of the status.
+pub trait MyAppLike: Resource<DynamicType = ()> + HasSpec<Spec = MyAppSpec> {}
+
+impl<T: Resource<DynamicType = ()> + HasSpec<Spec = MyAppSpec>> MyAppLike for T {}
+
 /// A summary of the app's state, for people and `kubectl get`.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     /// Accepted, but the Deployment's controller has not reported on the app's Deployment yet.
     Pending,

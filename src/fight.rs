@@ -22,7 +22,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use crate::crd::MyApp;
+use crate::cache::CachedMyApp;
 
 /// This many rewrites of a child within [`WINDOW`], at one generation, is a fight.
 pub const WRITES: usize = 4;
@@ -54,14 +54,14 @@ pub struct Fight {
 /// Rewrites of each MyApp's Deployment, per generation.
 #[derive(Debug, Default)]
 pub struct Fights {
-    streaks: Mutex<HashMap<ObjectRef<MyApp>, Streak>>,
+    streaks: Mutex<HashMap<ObjectRef<CachedMyApp>, Streak>>,
 }
 
 impl Fights {
     /// How much longer to leave the child of `key` alone, if a fight holds it off.
     pub fn holding_off(
         &self,
-        key: &ObjectRef<MyApp>,
+        key: &ObjectRef<CachedMyApp>,
         generation: Option<i64>,
         now: Instant,
     ) -> Option<Duration> {
@@ -80,7 +80,7 @@ impl Fights {
     /// caller can read who owns the fields before it takes them back).
     pub fn would_fight(
         &self,
-        key: &ObjectRef<MyApp>,
+        key: &ObjectRef<CachedMyApp>,
         generation: Option<i64>,
         now: Instant,
     ) -> bool {
@@ -100,7 +100,7 @@ impl Fights {
     /// [`WINDOW`] at the same generation.
     pub fn rewrote(
         &self,
-        key: &ObjectRef<MyApp>,
+        key: &ObjectRef<CachedMyApp>,
         generation: Option<i64>,
         now: Instant,
     ) -> Option<Fight> {

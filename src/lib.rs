@@ -5,7 +5,8 @@
 pub mod admin;
 /// The MyApp admission rules (validate, default) and their webhook routes.
 pub mod admission;
-/// What the watch caches keep of children: slim typed Deployments and Services.
+/// What the watch caches keep: slim typed Deployments and Services, MyApps with a digest of
+/// their status.
 mod cache;
 /// Local CA and webhook serving certificates.
 pub mod certs;

@@ -4,7 +4,7 @@
 //! look again. The controller gathers the inputs and carries the plan out, branching only on
 //! whether each write landed.
 
-use std::{borrow::Cow, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::Service},
@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::{
-    cache::{CachedDeployment, CachedService},
-    crd::{MyApp, MyAppStatus, Phase},
+    cache::{CachedDeployment, CachedMyApp, CachedService, ReportedStatus},
+    crd::{MyAppStatus, Phase},
     fight,
     resources::{self, Desired},
     status::{self, Rollout},
@@ -48,7 +48,7 @@ pub struct Observed<'a> {
     /// Digest of our last Service apply, if the cache has not seen it yet.
     pub unseen_service: Option<String>,
     /// Our last status write, if the MyApp cache has not seen it yet.
-    pub unseen_status: Option<MyAppStatus>,
+    pub unseen_status: Option<ReportedStatus>,
     /// How long ago we applied a Deployment whose controller has not observed it yet.
     pub awaiting_rollout: Option<Duration>,
     /// How much longer a fight holds rewrites of the Deployment off, if one does.
@@ -131,7 +131,7 @@ impl<K> ChildApply<K> {
 /// A status to write.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusWrite {
-    /// The status, remembered until the MyApp cache shows it.
+    /// The status; what a plan reads of it is remembered until the MyApp cache shows it.
     pub status: MyAppStatus,
     /// The apply patch of the status subresource that carries it.
     pub patch: Value,
@@ -183,7 +183,7 @@ enum ChildState {
 }
 
 /// Decides one reconcile of `app`.
-pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
+pub fn plan(app: &CachedMyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     let mut plan = decide(app, observed, now);
     if let Some(held) = plan.held_off {
         // Look again when the hold ends, at the latest.
@@ -192,7 +192,7 @@ pub fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     plan
 }
 
-fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
+fn decide(app: &CachedMyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     let mut plan = Plan::default();
     if app.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the children; there is nothing to converge towards.
@@ -268,16 +268,10 @@ fn decide(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     }
 
     // Compare with our last status write if the cache has not seen it yet.
-    let reported = match &observed.unseen_status {
-        Some(status) => Cow::Owned(MyApp {
-            status: Some(status.clone()),
-            ..app.clone()
-        }),
-        None => Cow::Borrowed(app),
-    };
-    let status = status::status(&reported, rollout.as_ref(), now);
-    if reported.status.as_ref() != Some(&status) {
-        let before = reported.status.as_ref().and_then(|s| s.phase);
+    let reported = observed.unseen_status.as_ref().or(app.status.as_ref());
+    let status = status::status(app, reported, rollout.as_ref(), now);
+    if !reported.is_some_and(|r| r.is(&status)) {
+        let before = reported.and_then(|r| r.phase);
         plan.event = phase_event(before, &status);
         let patch = json!({
             "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {}, "status": status,
@@ -309,7 +303,7 @@ fn nothing_outstanding(observed: &Observed<'_>) -> bool {
 
 /// Whether `deployment`, controlled by `app`, was planned from a newer generation than the one
 /// `app` is at (see [`resources::GENERATION_ANNOTATION`]).
-fn planned_from_a_newer_spec(app: &MyApp, deployment: Option<&CachedDeployment>) -> bool {
+fn planned_from_a_newer_spec(app: &CachedMyApp, deployment: Option<&CachedDeployment>) -> bool {
     let Some(deployment) = deployment else {
         return false;
     };
@@ -378,7 +372,7 @@ fn child_state<D: Resource, O: serde::Serialize>(
 /// When a MyApp stops setting `spec.replicas`, the Deployment must keep its current count: a
 /// field its only manager stops applying is removed (and would default to 1). So the count
 /// is first applied by a second manager, which keeps owning it until the MyApp sets it again.
-fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<i32> {
+fn replicas_to_hand_over(app: &CachedMyApp, observed: Option<&CachedDeployment>) -> Option<i32> {
     let observed = observed?;
     let we_set_it = observed.annotations.get(resources::REPLICAS_ANNOTATION) == Some("true");
     (app.spec.replicas.is_none() && we_set_it)
@@ -387,7 +381,7 @@ fn replicas_to_hand_over(app: &MyApp, observed: Option<&CachedDeployment>) -> Op
 }
 
 /// The hand-off's apply patch (see [`replicas_to_hand_over`]), when replicas change owner.
-fn hand_off(app: &MyApp, observed: Option<&CachedDeployment>) -> Option<Value> {
+fn hand_off(app: &CachedMyApp, observed: Option<&CachedDeployment>) -> Option<Value> {
     let replicas = replicas_to_hand_over(app, observed)?;
     Some(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -418,9 +412,17 @@ fn phase_event(before: Option<Phase>, status: &MyAppStatus) -> Option<PhaseEvent
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{self, SlimDeploymentStatus};
+    use crate::{
+        cache::{self, SlimDeploymentStatus},
+        crd::MyApp,
+    };
 
     const NOW: Timestamp = Timestamp::UNIX_EPOCH;
+
+    /// The plan for `app` as the MyApp cache holds it, status reduced to what a plan reads.
+    fn plan(app: &MyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
+        super::plan(&CachedMyApp::from(app.clone()), observed, now)
+    }
 
     /// The Deployment we apply for `app`, as the cache holds it once its controller has rolled
     /// it out completely.
@@ -469,12 +471,12 @@ mod tests {
 
     fn running(app: &MyApp) -> MyAppStatus {
         let deployment = rolled_out(app);
-        status::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
+        status::status(app, None, Some(&Rollout::from_deployment(&deployment)), NOW)
     }
 
     fn pending_status(app: &MyApp) -> MyAppStatus {
         let deployment = unobserved(app);
-        status::status(app, Some(&Rollout::from_deployment(&deployment)), NOW)
+        status::status(app, None, Some(&Rollout::from_deployment(&deployment)), NOW)
     }
 
     /// What a plan writes, in a line a table can compare.
@@ -553,6 +555,7 @@ mod tests {
         }]);
         let reported_unavailable = app.clone().status(status::status(
             &app,
+            None,
             Some(&Rollout::from_deployment(&unavailable)),
             NOW,
         ));
@@ -599,7 +602,7 @@ mod tests {
                 Observed {
                     deployment: Some(&deployment),
                     service: Some(&svc),
-                    unseen_status: Some(running(&app)),
+                    unseen_status: Some(ReportedStatus::of(&running(&app))),
                     ..Observed::default()
                 },
                 "nothing",
@@ -866,18 +869,21 @@ mod tests {
         let app = MyApp::test("web").stored().replicas(Some(5));
         let applied: CachedDeployment = cache::cached(&resources::deployment(&app));
         assert_eq!(
-            replicas_to_hand_over(&app, Some(&applied)),
+            replicas_to_hand_over(&app.clone().into(), Some(&applied)),
             None,
             "spec still sets replicas"
         );
         let app = app.replicas(None);
-        assert_eq!(replicas_to_hand_over(&app, Some(&applied)), Some(5));
+        assert_eq!(
+            replicas_to_hand_over(&app.clone().into(), Some(&applied)),
+            Some(5)
+        );
         let unmanaged: CachedDeployment = cache::cached(&resources::deployment(&app));
         assert_eq!(
-            replicas_to_hand_over(&app, Some(&unmanaged)),
+            replicas_to_hand_over(&app.clone().into(), Some(&unmanaged)),
             None,
             "we never set them"
         );
-        assert_eq!(replicas_to_hand_over(&app, None), None);
+        assert_eq!(replicas_to_hand_over(&app.clone().into(), None), None);
     }
 }

@@ -20,7 +20,7 @@ use k8s_openapi::{
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use crate::crd::MyApp;
+use crate::crd::MyAppLike;
 
 /// The field manager of every write the operator makes (server-side apply).
 pub const FIELD_MANAGER: &str = "myapp-operator";
@@ -43,14 +43,14 @@ pub const PORT_NAME: &str = "http";
 
 /// Labels every child carries. The pod selector is a subset that depends only on the MyApp's
 /// name, so it never changes for the life of the MyApp (a Deployment's selector is immutable).
-pub fn labels(app: &MyApp) -> BTreeMap<String, String> {
+pub fn labels(app: &impl MyAppLike) -> BTreeMap<String, String> {
     let mut labels = selector_labels(app);
     labels.insert("app.kubernetes.io/managed-by".into(), FIELD_MANAGER.into());
     labels
 }
 
 /// The pod selector of the app's Deployment and Service.
-pub fn selector_labels(app: &MyApp) -> BTreeMap<String, String> {
+pub fn selector_labels(app: &impl MyAppLike) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".into(), APP_NAME.into()),
         ("app.kubernetes.io/instance".into(), app.name_any()),
@@ -58,7 +58,7 @@ pub fn selector_labels(app: &MyApp) -> BTreeMap<String, String> {
 }
 
 /// The selector in string form, as `status.selector` (and the scale subresource) report it.
-pub fn selector_string(app: &MyApp) -> String {
+pub fn selector_string(app: &impl MyAppLike) -> String {
     selector_labels(app)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -66,7 +66,7 @@ pub fn selector_string(app: &MyApp) -> String {
         .join(",")
 }
 
-fn child_meta(app: &MyApp) -> ObjectMeta {
+fn child_meta(app: &impl MyAppLike) -> ObjectMeta {
     ObjectMeta {
         name: Some(app.name_any()),
         namespace: app.namespace(),
@@ -124,13 +124,13 @@ impl<K> Desired<K> {
 
 /// The Deployment a MyApp asks for. `replicas` is set only when the spec sets it, so that an
 /// autoscaler or `kubectl scale` owns the count otherwise.
-pub fn deployment(app: &MyApp) -> Deployment {
+pub fn deployment(app: &impl MyAppLike) -> Deployment {
     desired_deployment(app).into_object()
 }
 
 /// [`deployment`] with its JSON form.
-pub fn desired_deployment(app: &MyApp) -> Desired<Deployment> {
-    let spec = &app.spec;
+pub fn desired_deployment(app: &impl MyAppLike) -> Desired<Deployment> {
+    let spec = app.spec();
     let env: Vec<EnvVar> = spec
         .env
         .iter()
@@ -157,7 +157,7 @@ pub fn desired_deployment(app: &MyApp) -> Desired<Deployment> {
     if spec.replicas.is_some() {
         annotations.insert(REPLICAS_ANNOTATION.into(), "true".into());
     }
-    if let Some(generation) = app.metadata.generation {
+    if let Some(generation) = app.meta().generation {
         annotations.insert(GENERATION_ANNOTATION.into(), generation.to_string());
     }
     with_digest(Deployment {
@@ -185,12 +185,12 @@ pub fn desired_deployment(app: &MyApp) -> Desired<Deployment> {
 }
 
 /// The ClusterIP Service a MyApp asks for: the app's port, to the container's named port.
-pub fn service(app: &MyApp) -> Service {
+pub fn service(app: &impl MyAppLike) -> Service {
     desired_service(app).into_object()
 }
 
 /// [`service`] with its JSON form.
-pub fn desired_service(app: &MyApp) -> Desired<Service> {
+pub fn desired_service(app: &impl MyAppLike) -> Desired<Service> {
     with_digest(Service {
         metadata: child_meta(app),
         spec: Some(ServiceSpec {
@@ -198,7 +198,7 @@ pub fn desired_service(app: &MyApp) -> Desired<Service> {
             selector: Some(selector_labels(app)),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.into()),
-                port: app.spec.port,
+                port: app.spec().port,
                 target_port: Some(IntOrString::String(PORT_NAME.into())),
                 protocol: Some("TCP".into()),
                 ..ServicePort::default()
@@ -287,7 +287,7 @@ fn contains(observed: &Value, desired: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::cache::{CachedDeployment, CachedService, cached};
-    use crate::crd::EnvVar as AppEnv;
+    use crate::crd::{EnvVar as AppEnv, MyApp};
     use crate::status::Rollout;
     use serde_json::json;
 

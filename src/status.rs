@@ -7,8 +7,8 @@ use k8s_openapi::{
 };
 
 use crate::{
-    cache::{CachedDeployment, SlimDeploymentStatus},
-    crd::{MyApp, MyAppStatus, Phase},
+    cache::{CachedDeployment, ReportedStatus, SlimDeploymentStatus},
+    crd::{CONDITION_TYPES, MyAppLike, MyAppStatus, Phase},
     resources::selector_string,
 };
 
@@ -104,17 +104,17 @@ pub fn phase(rollout: Option<&Rollout>, now: Timestamp) -> Phase {
     }
 }
 
-/// The status a MyApp should report, given its Deployment as observed and its current status
-/// (whose conditions keep their `lastTransitionTime` unless their status flips).
-pub fn status(app: &MyApp, rollout: Option<&Rollout>, now: Timestamp) -> MyAppStatus {
+/// The status a MyApp should report, given its Deployment as observed and the status it
+/// reports (whose conditions keep their `lastTransitionTime` unless their status flips).
+pub fn status(
+    app: &impl MyAppLike,
+    reported: Option<&ReportedStatus>,
+    rollout: Option<&Rollout>,
+    now: Timestamp,
+) -> MyAppStatus {
     let phase = phase(rollout, now);
-    let generation = app.metadata.generation;
-    let previous = app
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let (desired, available) = rollout.map_or((app.spec.replicas.unwrap_or(0), 0), |r| {
+    let generation = app.meta().generation;
+    let (desired, available) = rollout.map_or((app.spec().replicas.unwrap_or(0), 0), |r| {
         (r.desired, r.available)
     });
     let availability = format!("{available}/{desired} replicas available");
@@ -164,16 +164,13 @@ pub fn status(app: &MyApp, rollout: Option<&Rollout>, now: Timestamp) -> MyAppSt
             )
         }
     };
-    let conditions = [
-        ("Ready", ready),
-        ("Progressing", progressing),
-        ("Degraded", degraded),
-    ]
-    .into_iter()
-    .map(|(type_, (status, reason, message))| {
-        condition(previous, type_, status, reason, message, generation, now)
-    })
-    .collect();
+    let conditions = CONDITION_TYPES
+        .into_iter()
+        .zip([ready, progressing, degraded])
+        .map(|(type_, (status, reason, message))| {
+            condition(reported, type_, status, reason, message, generation, now)
+        })
+        .collect();
     MyAppStatus {
         observed_generation: generation,
         replicas: rollout.map(|r| r.replicas),
@@ -185,7 +182,7 @@ pub fn status(app: &MyApp, rollout: Option<&Rollout>, now: Timestamp) -> MyAppSt
 }
 
 fn condition(
-    previous: &[Condition],
+    reported: Option<&ReportedStatus>,
     type_: &str,
     status: &str,
     reason: &str,
@@ -193,10 +190,9 @@ fn condition(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or(Time(now), |c| c.last_transition_time.clone());
+    let last_transition_time = reported
+        .and_then(|r| r.transitioned(type_, status))
+        .map_or(Time(now), Time::clone);
     Condition {
         type_: type_.into(),
         status: status.into(),
@@ -210,7 +206,7 @@ fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cache::cached, resources::deployment};
+    use crate::{cache::cached, crd::MyApp, resources::deployment};
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
 
     fn app() -> MyApp {
@@ -329,7 +325,7 @@ mod tests {
 
     #[test]
     fn status_reports_counts_selector_and_generation() {
-        let s = status(&app(), Some(&rollout(3, 3, 2)), at(0));
+        let s = status(&app(), None, Some(&rollout(3, 3, 2)), at(0));
         assert_eq!(s.observed_generation, Some(2));
         assert_eq!((s.replicas, s.available_replicas), (Some(3), Some(2)));
         assert_eq!(s.phase, Some(Phase::Progressing));
@@ -363,7 +359,7 @@ mod tests {
             generation: Some(5),
             ..rollout(3, 3, 3)
         };
-        let s = status(&app(), Some(&stale), at(0));
+        let s = status(&app(), None, Some(&stale), at(0));
         assert_eq!(s.phase, Some(Phase::Progressing));
         assert_eq!((s.replicas, s.available_replicas), (Some(3), Some(3)));
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
@@ -384,24 +380,27 @@ mod tests {
             ..stale
         };
         assert_eq!(
-            status(&app(), Some(&new), at(0)).phase,
+            status(&app(), None, Some(&new), at(0)).phase,
             Some(Phase::Pending)
         );
     }
 
     #[test]
     fn status_is_unchanged_when_nothing_changed_so_no_write_is_needed() {
-        let mut a = app();
-        a.status = Some(status(&a, Some(&rollout(3, 3, 3)), at(0)));
-        let again = status(&a, Some(&rollout(3, 3, 3)), at(500));
-        assert_eq!(a.status.as_ref(), Some(&again));
+        let a = app();
+        let reported = status(&a, None, Some(&rollout(3, 3, 3)), at(0));
+        let cached = ReportedStatus::of(&reported);
+        let again = status(&a, Some(&cached), Some(&rollout(3, 3, 3)), at(500));
+        assert_eq!(reported, again);
+        assert!(cached.is(&again));
     }
 
     #[test]
     fn condition_transition_time_changes_only_on_a_flip() {
-        let mut a = app();
-        a.status = Some(status(&a, Some(&rollout(3, 3, 2)), at(0)));
-        let s = status(&a, Some(&rollout(3, 3, 3)), at(100));
+        let a = app();
+        let reported = status(&a, None, Some(&rollout(3, 3, 2)), at(0));
+        let cached = ReportedStatus::of(&reported);
+        let s = status(&a, Some(&cached), Some(&rollout(3, 3, 3)), at(100));
         let time = |s: &MyAppStatus, t: &str| {
             s.conditions
                 .iter()

@@ -21,8 +21,7 @@ use tracing::info;
 pub(super) use super::child::Child;
 use super::write::Writer;
 use crate::{
-    cache::{CachedDeployment, CachedService},
-    crd::{MyApp, MyAppStatus},
+    cache::{CachedDeployment, CachedMyApp, CachedService, ReportedStatus},
     fight,
     metrics::Metrics,
     packed::Packed,
@@ -72,7 +71,7 @@ pub(super) struct Context {
     /// Makes every write, through the write gate.
     pub(super) writer: Writer,
     /// The MyApp cache, to tell whether a MyApp still exists after creating its child.
-    pub(super) apps: reflector::Store<MyApp>,
+    pub(super) apps: reflector::Store<CachedMyApp>,
     pub(super) deployments: Packed<CachedDeployment>,
     pub(super) services: Packed<CachedService>,
     /// Whether each child cache holds a complete list yet.
@@ -91,9 +90,9 @@ pub(super) struct Context {
     /// Our status writes the MyApp cache has not seen yet.
     pub(super) reported: Arc<Reported>,
     /// Deployments we applied whose controller has not observed the apply yet.
-    pub(super) awaiting_rollout: Waiting<ObjectRef<MyApp>>,
+    pub(super) awaiting_rollout: Waiting<ObjectRef<CachedMyApp>>,
     /// Children deleted lately (see [`crate::plan::RECREATE_HOLD`]).
-    pub(super) deleted: Arc<Waiting<(ObjectRef<MyApp>, Child)>>,
+    pub(super) deleted: Arc<Waiting<(ObjectRef<CachedMyApp>, Child)>>,
     /// Rewrites of each Deployment at one generation: fights with another writer.
     pub(super) fights: fight::Fights,
     /// Events being published, waited for (a little) when the controller stops.
@@ -101,10 +100,10 @@ pub(super) struct Context {
 }
 
 /// Child applies by MyApp and child: see [`Context::applied`].
-pub(super) type Applied = RecentWrites<(ObjectRef<MyApp>, Child), String>;
+pub(super) type Applied = RecentWrites<(ObjectRef<CachedMyApp>, Child), String>;
 
 /// Status writes by MyApp: see [`Context::reported`].
-pub(super) type Reported = RecentWrites<ObjectRef<MyApp>, MyAppStatus>;
+pub(super) type Reported = RecentWrites<ObjectRef<CachedMyApp>, ReportedStatus>;
 
 /// How long a stopping controller waits for the Events it is still publishing.
 pub(super) const PUBLISH_AT_STOP: Duration = Duration::from_secs(2);
@@ -115,13 +114,13 @@ pub(super) const RECENT_WRITES_TTL: Duration = Duration::from_secs(30);
 
 impl Context {
     /// Whether the MyApp cache still holds `app`.
-    pub(super) fn still_there(&self, app: &ObjectRef<MyApp>) -> bool {
+    pub(super) fn still_there(&self, app: &ObjectRef<CachedMyApp>) -> bool {
         self.apps.get(app).is_some()
     }
 
     /// Counts `child`, just created, as an orphan: its MyApp was deleted meanwhile (once, also
     /// if its delete event counts it too).
-    pub(super) fn orphaned(&self, app: &ObjectRef<MyApp>, child: Child) {
+    pub(super) fn orphaned(&self, app: &ObjectRef<CachedMyApp>, child: Child) {
         if self.applied.take_created_after(&(app.clone(), child), None) {
             self.metrics.orphans.inc();
             let namespace = app.namespace.as_deref().unwrap_or_default();
@@ -133,15 +132,15 @@ impl Context {
 /// Consecutive failures per MyApp, cleared by a success or by the MyApp's deletion: a MyApp
 /// created again under the same name starts afresh (short backoff, a new Warning Event).
 #[derive(Debug, Default)]
-pub(super) struct Failures(Mutex<HashMap<ObjectRef<MyApp>, u32>>);
+pub(super) struct Failures(Mutex<HashMap<ObjectRef<CachedMyApp>, u32>>);
 
 impl Failures {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<MyApp>, u32>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<CachedMyApp>, u32>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts one more failure of `app`; which attempt that was.
-    pub(super) fn failed(&self, app: ObjectRef<MyApp>) -> u32 {
+    pub(super) fn failed(&self, app: ObjectRef<CachedMyApp>) -> u32 {
         let mut failures = self.lock();
         let n = failures.entry(app).or_insert(0);
         *n = n.saturating_add(1);
@@ -149,12 +148,12 @@ impl Failures {
     }
 
     /// Ends the streak of `app`.
-    pub(super) fn succeeded(&self, app: &ObjectRef<MyApp>) {
+    pub(super) fn succeeded(&self, app: &ObjectRef<CachedMyApp>) {
         self.lock().remove(app);
     }
 
     /// Whether `app` is in a failure streak (its retries wait for their backoff).
-    pub(super) fn failing(&self, app: &ObjectRef<MyApp>) -> bool {
+    pub(super) fn failing(&self, app: &ObjectRef<CachedMyApp>) -> bool {
         self.lock().contains_key(app)
     }
 
@@ -168,8 +167,8 @@ impl Failures {
     /// of MyApps the list no longer holds (deleted while the watch was down).
     pub(super) fn forget_deleted(
         self: &Arc<Self>,
-        apps: Store<MyApp>,
-    ) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+        apps: Store<CachedMyApp>,
+    ) -> impl FnMut(&watcher::Event<CachedMyApp>) + Send + Sync + 'static {
         let failures = self.clone();
         move |event| match event {
             watcher::Event::Delete(app) => failures.succeeded(&ObjectRef::from_obj(app)),
@@ -202,15 +201,16 @@ impl Listed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::MyApp;
 
     #[test]
     fn a_failure_streak_ends_with_a_success_or_the_myapps_deletion() {
-        let (apps, mut writer) = kube::runtime::reflector::store::<MyApp>();
+        let (apps, mut writer) = kube::runtime::reflector::store::<CachedMyApp>();
         let failures = Arc::new(Failures::default());
         let mut forget = failures.forget_deleted(apps);
-        let web = MyApp::test("web").in_namespace("shop").stored();
-        let api = MyApp::test("api").in_namespace("shop").stored();
-        let key = |app: &MyApp| ObjectRef::from_obj(app);
+        let web: CachedMyApp = MyApp::test("web").in_namespace("shop").stored().into();
+        let api: CachedMyApp = MyApp::test("api").in_namespace("shop").stored().into();
+        let key = |app: &CachedMyApp| ObjectRef::from_obj(app);
         assert_eq!(failures.failed(key(&web)), 1);
         assert_eq!(failures.failed(key(&web)), 2);
         failures.succeeded(&key(&web));

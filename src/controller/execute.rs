@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     Error,
-    cache::{CachedDeployment, CachedService},
+    cache::{CachedDeployment, CachedMyApp, CachedService, ReportedStatus},
     crd::MyApp,
     fight,
     metrics::ReconcileResult,
@@ -38,7 +38,7 @@ use crate::{
 pub const REPLICAS_HANDOFF_MANAGER: &str = "myapp-operator-replicas-handoff";
 
 /// Brings one MyApp's children and status in line with its spec.
-pub(super) async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub(super) async fn reconcile(app: Arc<CachedMyApp>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics
         .queue
@@ -80,7 +80,7 @@ pub(super) async fn reconcile(app: Arc<MyApp>, ctx: Arc<Context>) -> Result<Acti
 }
 
 /// One pass: gather what the caches know, let [`plan::plan`] decide, carry the plan out.
-async fn reconcile_once(app: &MyApp, ctx: &Context) -> Result<Outcome, Error> {
+async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Error> {
     let key = ObjectRef::from_obj(app);
     let namespace = key.namespace.as_deref();
     let namespace = namespace.ok_or_else(|| Error::MissingNamespace(key.name.clone()))?;
@@ -225,8 +225,8 @@ struct Seen<'a> {
 impl<'a> Seen<'a> {
     fn gather(
         ctx: &Context,
-        app: &MyApp,
-        key: &ObjectRef<MyApp>,
+        app: &CachedMyApp,
+        key: &ObjectRef<CachedMyApp>,
         versions: Versions,
         deployment: Option<&'a CachedDeployment>,
         service: Option<&'a CachedService>,
@@ -267,8 +267,8 @@ impl<'a> Seen<'a> {
 /// makes a fight, and the fight told once the rewrite landed.
 async fn apply_deployment(
     ctx: &Context,
-    app: &MyApp,
-    key: &ObjectRef<MyApp>,
+    app: &CachedMyApp,
+    key: &ObjectRef<CachedMyApp>,
     hand_off: Option<Value>,
     apply: Option<ChildApply<Deployment>>,
     mut at: Precondition,
@@ -315,7 +315,7 @@ async fn apply_deployment(
 }
 
 /// Counts a rewrite of an existing Deployment, and tells the fight when it makes one.
-async fn rewrote(ctx: &Context, app: &MyApp, fields: &[String], rivals: &[fight::Rival]) {
+async fn rewrote(ctx: &Context, app: &CachedMyApp, fields: &[String], rivals: &[fight::Rival]) {
     let (key, generation) = (ObjectRef::from_obj(app), app.metadata.generation);
     let Some(fight) = ctx.fights.rewrote(&key, generation, Instant::now()) else {
         return;
@@ -334,7 +334,7 @@ async fn rewrote(ctx: &Context, app: &MyApp, fields: &[String], rivals: &[fight:
 /// until the child's cache has seen it (read-your-writes).
 async fn apply_child<C, K>(
     ctx: &Context,
-    key: &ObjectRef<MyApp>,
+    key: &ObjectRef<CachedMyApp>,
     child: Child,
     apply: Option<ChildApply<K>>,
     at: Precondition,
@@ -373,8 +373,8 @@ where
 /// Writes the status, and remembers it until the MyApp cache shows it.
 async fn write_status(
     ctx: &Context,
-    app: &MyApp,
-    key: &ObjectRef<MyApp>,
+    app: &CachedMyApp,
+    key: &ObjectRef<CachedMyApp>,
     write: StatusWrite,
     at: Precondition,
 ) -> Result<Landed, Error> {
@@ -388,8 +388,12 @@ async fn write_status(
         .map_err(Error::PatchStatus)?;
     if let Landed::Written(written) = &landed {
         let version = app.resource_version();
-        ctx.reported
-            .record(key.clone(), version, written.as_deref(), status);
+        ctx.reported.record(
+            key.clone(),
+            version,
+            written.as_deref(),
+            ReportedStatus::of(&status),
+        );
     }
     Ok(landed)
 }

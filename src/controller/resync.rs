@@ -21,7 +21,7 @@ use kube::{
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::context::Failures;
-use crate::{crd::MyApp, packed::key};
+use crate::{cache::CachedMyApp, packed::key};
 
 /// How often a pass hands over the MyApps whose point it has reached. The scheduler gets them
 /// together, so the runtime wakes once for a batch rather than once per MyApp; a tenth of a
@@ -31,10 +31,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// `ObjectRef`s of the cached MyApps, each once per `period`, handed over every [`TICK`]. The
 /// first pass starts one period after the call: the first list triggers every MyApp anyway.
 pub(super) fn resyncs(
-    apps: Store<MyApp>,
+    apps: Store<CachedMyApp>,
     period: Duration,
     failures: Arc<Failures>,
-) -> impl Stream<Item = ObjectRef<MyApp>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<CachedMyApp>> + Send + 'static {
     let mut ticks = tokio::time::interval_at(Instant::now() + TICK, TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let pass = Pass::new(Vec::new(), Instant::now());
@@ -63,7 +63,7 @@ fn point(key: &str) -> u64 {
 }
 
 /// `namespace/name` of every cached MyApp with its [`point`], in the order of their points.
-fn keys(apps: &Store<MyApp>) -> Vec<(u64, Box<str>)> {
+fn keys(apps: &Store<CachedMyApp>) -> Vec<(u64, Box<str>)> {
     let mut keys: Vec<_> = apps
         .state()
         .iter()
@@ -77,7 +77,7 @@ fn keys(apps: &Store<MyApp>) -> Vec<(u64, Box<str>)> {
 }
 
 /// The `ObjectRef` of a [`key`].
-fn object_ref(key: &str) -> Option<ObjectRef<MyApp>> {
+fn object_ref(key: &str) -> Option<ObjectRef<CachedMyApp>> {
     let (namespace, name) = key.split_once('/')?;
     Some(ObjectRef::new(name).within(namespace))
 }
@@ -160,10 +160,10 @@ mod tests {
 
     #[tokio::test]
     async fn every_cached_myapp_comes_back_each_period_but_one_in_a_failure_streak() {
-        let (apps, mut writer) = kube::runtime::reflector::store::<MyApp>();
+        let (apps, mut writer) = kube::runtime::reflector::store::<CachedMyApp>();
         for name in ["web", "broken"] {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(
-                MyApp::test(name).stored(),
+                crate::crd::MyApp::test(name).stored().into(),
             ));
         }
         let failures = Arc::new(Failures::default());

@@ -10,10 +10,10 @@ use kube::{
 use tracing::{debug, warn};
 
 use super::{context::Context, events};
-use crate::{Error, crd::MyApp, fence::Fenced};
+use crate::{Error, cache::CachedMyApp, fence::Fenced};
 
 /// Retries a failed object with exponential backoff and jitter, capped; other objects go on.
-pub(super) fn error_policy(app: Arc<MyApp>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(super) fn error_policy(app: Arc<CachedMyApp>, error: &Error, ctx: Arc<Context>) -> Action {
     if fenced(error) {
         // Not a failure of the MyApp: the controller is stopping, the next leader takes over.
         debug!(name = %app.name_any(), %error, "Write fenced");

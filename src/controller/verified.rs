@@ -36,7 +36,7 @@ use kube::runtime::{
 };
 
 use super::child::Child;
-use crate::crd::MyApp;
+use crate::cache::CachedMyApp;
 
 /// Per MyApp: the version it was at, each child's shape found to hold what it asks, and the
 /// children's versions at which the three were found settled.
@@ -88,7 +88,7 @@ impl Verified {
 
     /// Whether `child`, in its shape in `seen`, was found to hold what the MyApp `key` at its
     /// version asks of it.
-    pub(super) fn holds(&self, key: &ObjectRef<MyApp>, seen: Versions, child: Child) -> bool {
+    pub(super) fn holds(&self, key: &ObjectRef<CachedMyApp>, seen: Versions, child: Child) -> bool {
         let (Some(app), Some(found)) = (seen.app, seen.shape(child)) else {
             return false;
         };
@@ -98,7 +98,7 @@ impl Verified {
 
     /// Notes that `child`, in its shape in `seen`, holds what the MyApp `key` at its version
     /// asks of it. A note for another MyApp version replaces the entry.
-    pub(super) fn note(&self, key: &ObjectRef<MyApp>, seen: Versions, child: Child) {
+    pub(super) fn note(&self, key: &ObjectRef<CachedMyApp>, seen: Versions, child: Child) {
         let (Some(app), Some(found)) = (seen.app, seen.shape(child)) else {
             return;
         };
@@ -118,7 +118,7 @@ impl Verified {
     }
 
     /// Whether the MyApp `key` was found settled at exactly these versions.
-    pub(super) fn settled(&self, key: &ObjectRef<MyApp>, seen: Versions) -> bool {
+    pub(super) fn settled(&self, key: &ObjectRef<CachedMyApp>, seen: Versions) -> bool {
         let Some(app) = seen.app else {
             return false;
         };
@@ -133,7 +133,7 @@ impl Verified {
 
     /// Notes that the MyApp `key` is settled at these versions: both children hold what it
     /// asks, and its status is what it should be.
-    pub(super) fn settle(&self, key: &ObjectRef<MyApp>, seen: Versions) {
+    pub(super) fn settle(&self, key: &ObjectRef<CachedMyApp>, seen: Versions) {
         let (Some(app), Some(deployment), Some(service)) =
             (seen.app, seen.deployment, seen.service)
         else {
@@ -152,8 +152,8 @@ impl Verified {
     /// longer holds (deleted while the watch was down).
     pub(super) fn forget_deleted(
         self: &Arc<Self>,
-        apps: Store<MyApp>,
-    ) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+        apps: Store<CachedMyApp>,
+    ) -> impl FnMut(&watcher::Event<CachedMyApp>) + Send + Sync + 'static {
         let verified = self.clone();
         move |event| match event {
             watcher::Event::Delete(app) => {
@@ -172,7 +172,7 @@ impl Verified {
         }
     }
 
-    fn key(&self, key: &ObjectRef<MyApp>) -> u64 {
+    fn key(&self, key: &ObjectRef<CachedMyApp>) -> u64 {
         let mut hasher = self.hasher.build_hasher();
         key.namespace.hash(&mut hasher);
         key.name.hash(&mut hasher);
@@ -217,6 +217,7 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::MyApp;
 
     /// Children whose versions are their shapes: each version in another shape.
     fn seen(app: u64, deployment: u64, service: u64) -> Versions {
@@ -232,9 +233,9 @@ mod tests {
     #[test]
     fn a_child_holds_while_both_versions_stay_and_a_deletion_forgets_it() {
         let verified = Arc::new(Verified::default());
-        let (apps, _writer) = kube::runtime::reflector::store::<MyApp>();
+        let (apps, _writer) = kube::runtime::reflector::store::<CachedMyApp>();
         let mut forget = verified.forget_deleted(apps);
-        let web = MyApp::test("web").in_namespace("shop").stored();
+        let web: CachedMyApp = MyApp::test("web").in_namespace("shop").stored().into();
         let key = ObjectRef::from_obj(&web);
         let holds = |app, child, found| verified.holds(&key, seen(app, found, found), child);
         assert!(!holds(10, Child::Deployment, 20), "nothing noted yet");
@@ -349,7 +350,7 @@ mod tests {
     #[test]
     fn a_myapp_is_settled_only_at_the_three_versions_it_was_found_settled_at() {
         let verified = Verified::default();
-        let key = ObjectRef::from_obj(&MyApp::test("web").in_namespace("shop").stored());
+        let key = ObjectRef::new("web").within("shop");
         assert!(
             !verified.settled(&key, seen(10, 20, 30)),
             "nothing noted yet"

@@ -15,7 +15,7 @@ use kube::{
 
 use super::context::{Applied, Child, Listed, Reported};
 use crate::{
-    crd::MyApp,
+    cache::CachedMyApp,
     metrics::{Metrics, queue::Queue},
     recent::Waiting,
 };
@@ -27,12 +27,13 @@ use crate::{
 /// key per MyApp beside the cache, and the cache ends up as the swap would leave it. The first
 /// list goes through kube's way: it fills an empty cache, and its end marks the cache ready.
 pub(super) fn reflect_in_place(
-    mut writer: Writer<MyApp>,
-) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+    mut writer: Writer<CachedMyApp>,
+) -> impl FnMut(&watcher::Event<CachedMyApp>) + Send + Sync + 'static {
     let cache = writer.as_reader();
     let (mut listed_once, mut listed) = (false, HashSet::<Box<str>>::new());
-    let key =
-        |app: &MyApp| crate::packed::key(&app.namespace().unwrap_or_default(), &app.name_any());
+    let key = |app: &CachedMyApp| {
+        crate::packed::key(&app.namespace().unwrap_or_default(), &app.name_any())
+    };
     move |event| match event {
         watcher::Event::InitDone if !listed_once => {
             writer.apply_watcher_event(event);
@@ -47,7 +48,7 @@ pub(super) fn reflect_in_place(
         watcher::Event::InitDone => {
             for app in cache.state() {
                 if !listed.contains(&key(&app)) {
-                    writer.apply_watcher_event(&watcher::Event::Delete(MyApp::clone(&app)));
+                    writer.apply_watcher_event(&watcher::Event::Delete(CachedMyApp::clone(&app)));
                 }
             }
             listed = HashSet::new();
@@ -57,7 +58,7 @@ pub(super) fn reflect_in_place(
 }
 
 /// Counts a MyApp from its own watch as waiting.
-pub(super) fn queue_self(queue: &Arc<Queue>) -> impl FnMut(&MyApp) + Send + Sync + 'static {
+pub(super) fn queue_self(queue: &Arc<Queue>) -> impl FnMut(&CachedMyApp) + Send + Sync + 'static {
     let queue = queue.clone();
     move |app| queue.triggered(app.namespace().as_deref(), &app.name_any())
 }
@@ -76,7 +77,7 @@ pub(super) fn queue_owner<K: Resource>(
 }
 
 /// The MyApps owning a child: every owner reference of MyApp's kind and group.
-fn owners<K: Resource>(child: &K) -> impl Iterator<Item = ObjectRef<MyApp>> + '_ {
+fn owners<K: Resource>(child: &K) -> impl Iterator<Item = ObjectRef<CachedMyApp>> + '_ {
     let meta = child.meta();
     meta.owner_references
         .iter()
@@ -103,12 +104,12 @@ pub(super) fn not_an_echo<K: Resource>(
 }
 
 /// Forgets a status write once the MyApp cache holds it: its watch event triggers no
-/// reconcile (`needs_reconcile`), whose lookup would have ended the entry, so every MyApp's
-/// last status, conditions and all, would stay in memory until its next reconcile (the
-/// resync) looked it up, or a later write pruned it once expired.
+/// reconcile (`needs_reconcile`), whose lookup would have ended the entry, so what a plan reads
+/// of every MyApp's last status would stay in memory a second time until its next reconcile
+/// (the resync) looked it up, or a later write pruned it once expired.
 pub(super) fn forget_seen_status(
     reported: &Arc<Reported>,
-) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+) -> impl FnMut(&watcher::Event<CachedMyApp>) + Send + Sync + 'static {
     let reported = reported.clone();
     move |event| {
         if let watcher::Event::Apply(app) = event {
@@ -124,7 +125,7 @@ pub(super) fn forget_seen_status(
 pub(super) fn count_orphans(
     applied: &Arc<Applied>,
     metrics: &Arc<Metrics>,
-) -> impl FnMut(&watcher::Event<MyApp>) + Send + Sync + 'static {
+) -> impl FnMut(&watcher::Event<CachedMyApp>) + Send + Sync + 'static {
     let (applied, metrics) = (applied.clone(), metrics.clone());
     move |event| {
         if let watcher::Event::Delete(app) = event {
@@ -141,7 +142,7 @@ pub(super) fn count_orphans(
 
 /// Remembers when a child of a MyApp was deleted (see [`crate::plan::RECREATE_HOLD`]).
 pub(super) fn remember_deleted<K: Resource>(
-    deleted: &Arc<Waiting<(ObjectRef<MyApp>, Child)>>,
+    deleted: &Arc<Waiting<(ObjectRef<CachedMyApp>, Child)>>,
     child: Child,
 ) -> impl FnMut(&watcher::Event<K>) + Send + Sync + 'static {
     let deleted = deleted.clone();
@@ -199,7 +200,7 @@ impl Backoff for EachWatchBacksOff {
 /// which generation was reconciled last. Unlike it, this lets through metadata-only changes of
 /// a MyApp whose current generation has not been reported yet (one that keeps failing), so such
 /// a change retries it at once rather than after its backoff.
-pub(super) fn needs_reconcile(event: &watcher::Event<MyApp>) -> bool {
+pub(super) fn needs_reconcile(event: &watcher::Event<CachedMyApp>) -> bool {
     match event {
         watcher::Event::Apply(app) => {
             let observed = app.status.as_ref().and_then(|s| s.observed_generation);
@@ -214,18 +215,18 @@ mod tests {
     use super::super::context::RECENT_WRITES_TTL;
     use super::*;
     use crate::{
-        cache::{self, CachedDeployment},
-        crd::MyAppStatus,
+        cache::{self, CachedDeployment, ReportedStatus},
+        crd::{MyApp, MyAppStatus},
         recent::RecentWrites,
     };
 
     #[test]
     fn a_relist_updates_the_myapp_cache_in_place_and_at_its_end_it_holds_exactly_the_list() {
         use watcher::Event::{Apply, Init, InitApply, InitDone};
-        let (cache, writer) = kube::runtime::reflector::store::<MyApp>();
+        let (cache, writer) = kube::runtime::reflector::store::<CachedMyApp>();
         let mut reflect = reflect_in_place(writer);
         let app = |name: &str, version: &str| {
-            let mut app = MyApp::test(name).stored();
+            let mut app = CachedMyApp::from(MyApp::test(name).stored());
             app.metadata.resource_version = Some(version.into());
             app
         };
@@ -278,13 +279,13 @@ mod tests {
     fn only_an_unreported_generation_or_a_relist_triggers_a_reconcile() {
         let app = |generation: i64, observed: Option<i64>| {
             let app = MyApp::test("web").stored().generation(generation);
-            match observed {
+            CachedMyApp::from(match observed {
                 Some(g) => app.status(MyAppStatus {
                     observed_generation: Some(g),
                     ..Default::default()
                 }),
                 None => app,
-            }
+            })
         };
         use watcher::Event::{Apply, InitApply};
         assert!(needs_reconcile(&Apply(app(1, None))), "new, never reported");
@@ -305,8 +306,8 @@ mod tests {
             child
         };
         let applied = Arc::new(Applied::new(RECENT_WRITES_TTL));
-        let key = (ObjectRef::from_obj(&app), Child::Deployment);
-        applied.record(key, Some("7".into()), Some("8"), "digest".into());
+        let key = (ObjectRef::new("web").within("shop"), Child::Deployment);
+        applied.record(key.clone(), Some("7".into()), Some("8"), "digest".into());
         let mut deployments = not_an_echo(&applied, Child::Deployment);
         let mut services = not_an_echo(&applied, Child::Service);
         let triggers = |filter: &mut dyn FnMut(&CachedDeployment) -> future::Ready<bool>,
@@ -318,19 +319,14 @@ mod tests {
         assert!(triggers(&mut services, "8"), "another child of the MyApp");
         assert!(!triggers(&mut deployments, "8"), "our apply's own event");
         assert!(triggers(&mut deployments, "8"), "only once");
-        applied.record(
-            (ObjectRef::from_obj(&app), Child::Deployment),
-            Some("8".into()),
-            Some("9"),
-            "digest".into(),
-        );
+        applied.record(key, Some("8".into()), Some("9"), "digest".into());
         assert!(triggers(&mut deployments, "10"), "a write after ours");
     }
 
     #[test]
     fn a_status_write_is_forgotten_once_the_myapp_cache_holds_it() {
         let app = |version: &str| {
-            let mut app = MyApp::test("web").in_namespace("shop").stored();
+            let mut app = CachedMyApp::from(MyApp::test("web").in_namespace("shop").stored());
             app.metadata.resource_version = Some(version.into());
             app
         };
@@ -340,7 +336,7 @@ mod tests {
             key.clone(),
             Some("7".into()),
             Some("8"),
-            MyAppStatus::default(),
+            ReportedStatus::of(&MyAppStatus::default()),
         );
         let mut forget = forget_seen_status(&reported);
         forget(&watcher::Event::Apply(app("7")));

@@ -10,7 +10,7 @@ use kube::{
 };
 use tracing::debug;
 
-use crate::{crd::MyApp, fence::Gate, metrics::Metrics, recent::RecentWrites};
+use crate::{cache::CachedMyApp, fence::Gate, metrics::Metrics, recent::RecentWrites};
 
 /// What became of one planned write.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ impl Precondition {
 }
 
 /// Refused writes by MyApp and target: see [`Writer::apply`].
-type Refused = RecentWrites<(ObjectRef<MyApp>, &'static str), ()>;
+type Refused = RecentWrites<(ObjectRef<CachedMyApp>, &'static str), ()>;
 
 /// How long a refused write waits for the cache to move past the version it was planned
 /// from before it is sent again anyway: a watch event takes milliseconds, and a 409 that no
@@ -104,7 +104,7 @@ impl Writer {
     /// until the cache has moved past it (or the memory expires): never a read.
     pub(super) async fn apply<K, P>(
         &self,
-        app: &ObjectRef<MyApp>,
+        app: &ObjectRef<CachedMyApp>,
         target: &'static str,
         at: &Precondition,
         params: &PatchParams,
