@@ -34,7 +34,7 @@ fn run_command() -> anyhow::Result<()> {
             );
         }
         Command::Check(args) => {
-            let report = runtime()?.block_on(myapp_operator::check::run(&args))?;
+            let report = runtime(None)?.block_on(myapp_operator::check::run(&args))?;
             match args.output {
                 Output::Text => print!("{}", report.text()),
                 Output::Json => print!("{}", report.json()),
@@ -45,12 +45,12 @@ fn run_command() -> anyhow::Result<()> {
         }
         Command::Run(args) => {
             telemetry::init(args.log.log_format, &args.log.log_level)?;
-            runtime()?.block_on(run::run(args))?;
+            runtime(Some(args.worker_threads.into()))?.block_on(run::run(args))?;
         }
         #[cfg(feature = "dev")]
         Command::Dev(args) => {
             telemetry::init(args.log.log_format, &args.log.log_level)?;
-            runtime()?.block_on(myapp_operator::dev::dev(args))?;
+            runtime(None)?.block_on(myapp_operator::dev::dev(args))?;
         }
     }
     Ok(())
@@ -70,8 +70,13 @@ fn report(error: &anyhow::Error) -> String {
     printed.join("\n\nCaused by: ")
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The async runtime: `workers` threads, else one per core.
+fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
         .enable_all()
         .build()
         .context("failed to start the async runtime")
