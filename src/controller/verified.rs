@@ -79,11 +79,11 @@ impl Verified {
     /// A child's shape: a hash, keyed per process, of the part of it that an apply of ours
     /// sets (`CachedDeployment::applied_part`, `CachedService::applied_part`).
     pub(super) fn shape(&self, applied_part: &impl serde::Serialize) -> u64 {
-        let mut hasher = HashWriter(self.hasher.build_hasher());
-        // Serializing the cached types cannot fail (every map key is a string), and a hasher
-        // takes every byte.
-        let _ = serde_json::to_writer(&mut hasher, applied_part);
-        hasher.0.finish()
+        // Hashed whole: serialized straight into the hasher, each of the many short pieces
+        // the serializer writes costs SipHash a partial block of its own.
+        // Serializing the cached types cannot fail (every map key is a string).
+        let json = serde_json::to_vec(applied_part).unwrap_or_default();
+        self.hasher.hash_one(json)
     }
 
     /// Whether `child`, in its shape in `seen`, was found to hold what the MyApp `key` at its
@@ -181,20 +181,6 @@ impl Verified {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// A [`Hasher`] as an `io::Write`, for serializing into.
-struct HashWriter<H>(H);
-
-impl<H: Hasher> std::io::Write for HashWriter<H> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.write(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
