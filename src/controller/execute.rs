@@ -104,10 +104,10 @@ async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Err
         service: version(service.as_ref()).map(version_number),
         deployment_shape: deployment
             .as_ref()
-            .map(|d| ctx.verified.shape(&d.applied_part())),
+            .and_then(|d| ctx.verified.shape(&d.applied_part())),
         service_shape: service
             .as_ref()
-            .map(|s| ctx.verified.shape(&s.applied_part())),
+            .and_then(|s| ctx.verified.shape(&s.applied_part())),
         ..versions
     };
     let seen = Seen::gather(

@@ -49,7 +49,9 @@ pub(super) struct Verified {
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
 struct Entry {
     app: u64,
+    /// The Deployment's shape found holding.
     deployment: Option<u64>,
+    /// The Service's shape found holding.
     service: Option<u64>,
     /// The Deployment's and the Service's versions, when settled.
     settled: Option<(u64, u64)>,
@@ -78,12 +80,13 @@ impl Versions {
 impl Verified {
     /// A child's shape: a hash, keyed per process, of the part of it that an apply of ours
     /// sets (`CachedDeployment::applied_part`, `CachedService::applied_part`).
-    pub(super) fn shape(&self, applied_part: &impl serde::Serialize) -> u64 {
-        // Hashed whole: serialized straight into the hasher, each of the many short pieces
-        // the serializer writes costs SipHash a partial block of its own.
-        // Serializing the cached types cannot fail (every map key is a string).
-        let json = serde_json::to_vec(applied_part).unwrap_or_default();
-        self.hasher.hash_one(json)
+    /// None if it cannot be serialized (the cached types always can: every map key is a
+    /// string); such a child is compared every time.
+    pub(super) fn shape(&self, applied_part: &impl serde::Serialize) -> Option<u64> {
+        // Hashed as one slice: SipHash pays a partial block per write, and a serializer
+        // writes many short pieces.
+        let json = serde_json::to_vec(applied_part).ok()?;
+        Some(self.hasher.hash_one(json))
     }
 
     /// Whether `child`, in its shape in `seen`, was found to hold what the MyApp `key` at its
@@ -297,7 +300,9 @@ mod tests {
         }
         let verified = Verified::default();
         let shape = |deployment: &k8s_openapi::api::apps::v1::Deployment| {
-            verified.shape(&cached::<_, CachedDeployment>(deployment).applied_part())
+            verified
+                .shape(&cached::<_, CachedDeployment>(deployment).applied_part())
+                .unwrap()
         };
         let mut deployment = desired.object().clone();
         deployment.metadata.resource_version = Some("5".into());
@@ -330,7 +335,7 @@ mod tests {
             assert_ne!(shape(&edited), at_5, "edit {n}");
         }
         let service = cached::<_, CachedService>(service.object());
-        assert_ne!(verified.shape(&service.applied_part()), at_5);
+        assert_ne!(verified.shape(&service.applied_part()), Some(at_5));
     }
 
     #[test]
