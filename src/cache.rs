@@ -225,10 +225,15 @@ impl<'de> Deserialize<'de> for CachedDeployment {
     }
 }
 
-impl CachedDeployment {
+/// A cached child: the part of it an apply of ours sets.
+pub trait AppliedPart {
     /// What an apply of ours sets on it (see `resources::child_meta`): name, namespace, labels,
     /// annotations, owner references and spec. Not its status, nor what the server sets.
-    pub fn applied_part(&self) -> impl Serialize + '_ {
+    fn applied_part(&self) -> impl Serialize + '_;
+}
+
+impl AppliedPart for CachedDeployment {
+    fn applied_part(&self) -> impl Serialize + '_ {
         applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
     }
 }
@@ -367,9 +372,8 @@ impl<'de> Deserialize<'de> for CachedService {
     }
 }
 
-impl CachedService {
-    /// What an apply of ours sets on it: see [`CachedDeployment::applied_part`].
-    pub fn applied_part(&self) -> impl Serialize + '_ {
+impl AppliedPart for CachedService {
+    fn applied_part(&self) -> impl Serialize + '_ {
         applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
     }
 }
