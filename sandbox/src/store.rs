@@ -541,8 +541,8 @@ impl State {
     fn log_position_after(&self, rv: u64) -> usize {
         let len = self.log.len();
         let front = self.log.front().map_or(0, |(e, _)| e.rv);
-        let guess = usize::try_from(rv.saturating_add(1).saturating_sub(front))
-            .map_or(len, |i| i.min(len));
+        let guess =
+            usize::try_from(rv.saturating_add(1).saturating_sub(front)).map_or(len, |i| i.min(len));
         let after = |i: usize| i == len || self.log[i].0.rv > rv;
         let not_before = |i: usize| i == 0 || self.log[i - 1].0.rv <= rv;
         if after(guess) && not_before(guess) {
