@@ -12,7 +12,6 @@ use std::{
 
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
 use kube_sandbox::Sandbox;
 use myapp_operator::crd::{MyApp, Phase};
 use serde_json::{Value, json};
@@ -33,7 +32,9 @@ pub struct Observed {
     waiting: VecDeque<String>,
 }
 
-/// The MyApp, Deployment and Service stored under one name, parsed; None where absent.
+/// The MyApp, Deployment and Service stored under one name, parsed (the children as far as the
+/// checks read them: their managedFields and the rest of the pod template would cost more to
+/// parse than everything else the check does); None where absent.
 struct Stored {
     app: Option<MyApp>,
     deployment: Option<Deployment>,
@@ -112,6 +113,70 @@ impl Observed {
             service: parse(service, "stored Service does not parse")?,
         })
     }
+}
+
+/// What the check reads of a Deployment, under the API's field names.
+#[derive(serde::Deserialize)]
+struct Deployment {
+    spec: Option<DeploymentSpec>,
+    status: Option<DeploymentStatus>,
+}
+
+#[derive(serde::Deserialize)]
+struct DeploymentSpec {
+    replicas: Option<i32>,
+    template: PodTemplateSpec,
+}
+
+#[derive(serde::Deserialize)]
+struct PodTemplateSpec {
+    spec: Option<PodSpec>,
+}
+
+#[derive(serde::Deserialize)]
+struct PodSpec {
+    containers: Vec<Container>,
+}
+
+#[derive(serde::Deserialize)]
+struct Container {
+    image: Option<String>,
+    env: Option<Vec<EnvVar>>,
+    ports: Option<Vec<ContainerPort>>,
+}
+
+#[derive(serde::Deserialize)]
+struct EnvVar {
+    name: String,
+    value: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContainerPort {
+    container_port: i32,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeploymentStatus {
+    available_replicas: Option<i32>,
+}
+
+/// What the check reads of a Service.
+#[derive(serde::Deserialize)]
+struct Service {
+    spec: Option<ServiceSpec>,
+}
+
+#[derive(serde::Deserialize)]
+struct ServiceSpec {
+    ports: Option<Vec<ServicePort>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ServicePort {
+    port: i32,
 }
 
 fn app_unconverged(

@@ -28,7 +28,7 @@ const RENAMED: &[(&str, &str)] = &[
 ];
 
 /// Whether an object is an Event of one of the two APIs.
-fn is_event(obj: &Value) -> bool {
+pub(crate) fn is_event(obj: &Value) -> bool {
     obj.get("kind").and_then(Value::as_str) == Some("Event")
         && matches!(
             obj.get("apiVersion").and_then(Value::as_str),

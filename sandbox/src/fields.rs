@@ -471,47 +471,56 @@ pub fn removed(old: &Value, new: Option<&Value>, shape: Shape, name: &str) -> Fi
 /// them (`order::merged_order`); atomic lists, atomic maps and scalars are replaced. A `null`
 /// in the configuration removes the field.
 pub fn merge(live: &Value, config: &Value, shape: Shape, name: &str) -> Value {
-    match (live, config) {
+    let mut out = live.clone();
+    merge_into(&mut out, config, shape, name);
+    out
+}
+
+/// [`merge`] in place: what the configuration does not name stays as it is, uncopied.
+pub fn merge_into(live: &mut Value, config: &Value, shape: Shape, name: &str) {
+    match (&mut *live, config) {
         (Value::Object(l), Value::Object(c)) if !shape.atomic_map(name) => {
-            let mut out = l.clone();
             for (key, value) in c {
                 if value.is_null() {
-                    out.remove(key);
+                    l.remove(key);
                     continue;
                 }
-                let merged = match out.get(key) {
-                    Some(existing) => merge(existing, value, shape.field(key), key),
-                    None => value.clone(),
-                };
-                out.insert(key.clone(), merged);
+                match l.get_mut(key) {
+                    Some(existing) => merge_into(existing, value, shape.field(key), key),
+                    None => {
+                        l.insert(key.clone(), value.clone());
+                    }
+                }
             }
-            Value::Object(out)
         }
-        (Value::Array(l), Value::Array(c)) => match shape.list_type(name, c) {
-            ListType::Atomic => config.clone(),
-            list => {
-                let keys = |items: &[Value]| -> Vec<String> {
-                    items
-                        .iter()
-                        .enumerate()
-                        .map(|(i, item)| element_of(item, i, &list))
-                        .collect()
-                };
-                let merged = order::merged_order(&keys(l), &keys(c))
-                    .into_iter()
-                    .filter_map(|pair| match pair {
-                        (Some(i), Some(j)) if matches!(list, ListType::Map(_)) => {
-                            Some(merge(&l[i], &c[j], shape.items(), ""))
-                        }
-                        (_, Some(j)) => Some(c[j].clone()),
-                        (Some(i), None) => Some(l[i].clone()),
-                        (None, None) => None,
-                    })
-                    .collect();
-                Value::Array(merged)
-            }
-        },
-        _ => config.clone(),
+        (Value::Array(l), Value::Array(c)) => {
+            let merged = match shape.list_type(name, c) {
+                ListType::Atomic => config.clone(),
+                list => {
+                    let keys = |items: &[Value]| -> Vec<String> {
+                        items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, item)| element_of(item, i, &list))
+                            .collect()
+                    };
+                    let merged = order::merged_order(&keys(l), &keys(c))
+                        .into_iter()
+                        .filter_map(|pair| match pair {
+                            (Some(i), Some(j)) if matches!(list, ListType::Map(_)) => {
+                                Some(merge(&l[i], &c[j], shape.items(), ""))
+                            }
+                            (_, Some(j)) => Some(c[j].clone()),
+                            (Some(i), None) => Some(l[i].clone()),
+                            (None, None) => None,
+                        })
+                        .collect();
+                    Value::Array(merged)
+                }
+            };
+            *live = merged;
+        }
+        _ => *live = config.clone(),
     }
 }
 

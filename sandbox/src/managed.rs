@@ -316,7 +316,10 @@ impl Writer<'_> {
         if let Some(rv) = config.pointer("/metadata/resourceVersion") {
             scoped_config["metadata"]["resourceVersion"] = rv.clone();
         }
-        let mut merged = fields::merge(live, &scoped_config, shape, "");
+        // Merged into a copy of the live object less its managedFields: `encode` below
+        // replaces them, so copying them (the largest part of most objects) would be waste.
+        let mut merged = copy_without(live, &[], true);
+        fields::merge_into(&mut merged, &scoped_config, shape, "");
         let set = fields::changed(Some(&self.scoped(live)), &self.scoped(&merged), shape, "");
         let mut conflicts = Vec::new();
         let mut conflicting = FieldSet::default();
@@ -405,6 +408,32 @@ impl Writer<'_> {
             .difference(&fields::removed(&last_applied, Some(live), shape, ""));
         conflicting.difference(&allowed).is_empty()
     }
+}
+
+/// A copy of `obj` without its members `skip` and, if `managed_fields`, without
+/// `metadata.managedFields`: for a write that replaces those, so they are not copied only to
+/// be overwritten. A value that is not an object is copied whole.
+pub fn copy_without(obj: &Value, skip: &[&str], managed_fields: bool) -> Value {
+    let Some(map) = obj.as_object() else {
+        return obj.clone();
+    };
+    let copy = map
+        .iter()
+        .filter(|(key, _)| !skip.contains(&key.as_str()))
+        .map(|(key, value)| {
+            let value = match (key.as_str(), value) {
+                ("metadata", Value::Object(meta)) if managed_fields => Value::Object(
+                    meta.iter()
+                        .filter(|(field, _)| field.as_str() != "managedFields")
+                        .map(|(field, v)| (field.clone(), v.clone()))
+                        .collect(),
+                ),
+                _ => value.clone(),
+            };
+            (key.clone(), value)
+        })
+        .collect();
+    Value::Object(copy)
 }
 
 /// The annotation kubectl's client-side apply keeps its configuration in.

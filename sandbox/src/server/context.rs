@@ -318,15 +318,30 @@ pub(super) fn transition(before: bool, after: bool) -> Option<&'static str> {
 }
 
 /// The stored object the URL names, in the form of the URL's API (writes work on that form).
-pub(super) fn read_current(ctx: &Ctx) -> Option<Value> {
-    let mut current = ctx
+/// Shared with the store when it is already that form (nearly every write: defaults and Event
+/// conversion aside), so a write copies only what it changes, and never under the store lock.
+pub(super) fn read_current(ctx: &Ctx) -> Option<Arc<Value>> {
+    let stored = ctx
         .inner
         .store
         .lock()
-        .get(&ctx.rt.storage(), &ctx.ns, ctx.name())
-        .map(|obj| decoded(&ctx.rt, obj).into_owned())?;
-    crate::events::convert(&mut current, &ctx.rt.api_version());
-    Some(current)
+        .get_shared(&ctx.rt.storage(), &ctx.ns, ctx.name())
+        .cloned()?;
+    let api_version = ctx.rt.api_version();
+    let mut current = match decoded(&ctx.rt, &stored) {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(defaulted) => Some(defaulted),
+    };
+    let form = current.as_ref().unwrap_or(&stored);
+    // `events::convert` changes only an Event whose apiVersion is not the one asked for.
+    if crate::events::is_event(form)
+        && form.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str())
+    {
+        let mut converted = current.unwrap_or_else(|| Value::clone(&stored));
+        crate::events::convert(&mut converted, &api_version);
+        current = Some(converted);
+    }
+    Some(current.map_or(stored, Arc::new))
 }
 
 /// The request's media type: the Content-Type without parameters (`; charset=...`).

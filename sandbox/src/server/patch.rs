@@ -132,12 +132,12 @@ pub(super) async fn patch_object(
         };
         let mut patched = match kind {
             PatchKind::Merge => {
-                let mut doc = old.clone();
+                let mut doc = Value::clone(&old);
                 patch::merge_patch(&mut doc, &patch_doc);
                 doc
             }
             PatchKind::Strategic => {
-                let mut doc = old.clone();
+                let mut doc = Value::clone(&old);
                 patch::strategic_merge_patch(&mut doc, &patch_doc);
                 doc
             }

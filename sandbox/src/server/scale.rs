@@ -100,7 +100,7 @@ pub(super) async fn scale_request(
         };
         replicas_of(&requested)?;
         let apply = |scale: &Value| {
-            let mut new = old.clone();
+            let mut new = Value::clone(&old);
             crate::scale::set_replicas(&paths, &mut new, replicas_of(scale)?);
             Ok(new)
         };

@@ -21,26 +21,37 @@ pub(super) const WRITE_RETRIES: usize = 5;
 /// Builds the object a write of `incoming` over `old` stores: server-owned fields from `old`,
 /// and only `.status` (status writes) or everything but `.status` (main-resource writes of a
 /// kind with a status subresource). The managedFields sent stay for the field manager.
-pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, incoming: Value) -> Value {
+pub(super) fn merge_server_fields(ctx: &Ctx, old: &Value, mut incoming: Value) -> Value {
     if ctx.path.sub.as_deref() == Some("status") {
-        let mut new = old.clone();
-        match incoming.get("status") {
-            Some(status) => new["status"] = status.clone(),
+        let status = incoming.as_object_mut().and_then(|m| m.remove("status"));
+        // What the write sends (or an apply computed) is judged by the field manager.
+        let managed = incoming
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .and_then(|m| m.remove("managedFields"));
+        // The stored object less what the write replaces, copied once: its status and, when
+        // the write sends some, its managedFields are not copied only to be overwritten.
+        let mut new = crate::managed::copy_without(old, &["status"], managed.is_some());
+        match status {
+            Some(status) => new["status"] = status,
             None => {
                 if let Some(m) = new.as_object_mut() {
                     m.remove("status");
                 }
             }
         }
-        // What the write sends (or an apply computed) is judged by the field manager.
-        if let Some(managed) = incoming.pointer("/metadata/managedFields") {
-            meta_mut(&mut new).insert("managedFields".into(), managed.clone());
+        if let Some(managed) = managed {
+            meta_mut(&mut new).insert("managedFields".into(), managed);
         }
         return new;
     }
     let mut new = incoming;
     {
-        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let empty = serde_json::Map::new();
+        let old_meta = old
+            .get("metadata")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
         let meta = meta_mut(&mut new);
         for field in [
             "uid",
@@ -97,7 +108,7 @@ pub(super) enum Commit {
     Stale,
 }
 
-fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, ApiError> {
+fn commit_update(ctx: &mut Ctx, old: &Arc<Value>, mut new: Value) -> Result<Commit, ApiError> {
     let name = ctx.name().to_string();
     let mut state = ctx.inner.store.lock();
     let Some(current) = state.get(&ctx.rt.storage(), &ctx.ns, &name) else {
@@ -139,11 +150,11 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
     // apply whose merge differs from the stored object only until the defaults fill in again,
     // such as an atomic list the server defaulted inside, is such a write.
     let managed = "/metadata/managedFields";
-    if new == *old
+    if new == **old
         || (new.pointer(managed) != old.pointer(managed)
             && crate::managed::same_but_times(old, &new))
     {
-        return Ok(Commit::Done(StatusCode::OK, Arc::new(old.clone())));
+        return Ok(Commit::Done(StatusCode::OK, old.clone()));
     }
     if ctx.dry_run {
         return Ok(Commit::Done(StatusCode::OK, Arc::new(new)));
@@ -164,7 +175,11 @@ fn commit_update(ctx: &mut Ctx, old: &Value, mut new: Value) -> Result<Commit, A
 }
 
 /// [`commit_update`], freeing a Service cluster IP that did not end up stored.
-pub(super) fn commit_checked(ctx: &mut Ctx, old: &Value, new: Value) -> Result<Commit, ApiError> {
+pub(super) fn commit_checked(
+    ctx: &mut Ctx,
+    old: &Arc<Value>,
+    new: Value,
+) -> Result<Commit, ApiError> {
     let allocated = allocated_ip(ctx, &new, Some(old));
     let outcome = commit_update(ctx, old, new);
     if !matches!(outcome, Ok(Commit::Done(..))) || ctx.dry_run {

@@ -37,11 +37,17 @@ fn stored_as(obj: &Value, api_version: &str, kind: &str) -> bool {
 
 /// The event line for `obj` written as stored: the same JSON as `line` of `{"type", "object"}`.
 fn stored_line(kind: &str, obj: &Value) -> Bytes {
-    // `Value`'s Display writes compact JSON, and cannot fail.
-    Bytes::from(format!(
-        "{{\"type\":{},\"object\":{obj}}}\n",
-        Value::from(kind)
-    ))
+    // Straight into bytes, as `json_response` writes: `Display` passes every token through a
+    // `fmt::Formatter`. The same compact JSON; a `Value` always serializes. Trimmed to its
+    // length: the log keeps the line as long as the event, and a grown buffer's spare room
+    // would be kept with it.
+    let mut line = Vec::with_capacity(1024);
+    line.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut line, kind);
+    line.extend_from_slice(b",\"object\":");
+    let _ = serde_json::to_writer(&mut line, obj);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line.into_boxed_slice())
 }
 
 /// Where `e` keeps its line when a watch sends it as the event it was (a label-selector watch
