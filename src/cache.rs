@@ -225,15 +225,10 @@ impl<'de> Deserialize<'de> for CachedDeployment {
     }
 }
 
-/// A cached child: the part of it an apply of ours sets.
-pub trait AppliedPart {
+impl CachedDeployment {
     /// What an apply of ours sets on it (see `resources::child_meta`): name, namespace, labels,
     /// annotations, owner references and spec. Not its status, nor what the server sets.
-    fn applied_part(&self) -> impl Serialize + '_;
-}
-
-impl AppliedPart for CachedDeployment {
-    fn applied_part(&self) -> impl Serialize + '_ {
+    pub fn applied_part(&self) -> impl Serialize + '_ {
         applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
     }
 }
@@ -372,8 +367,9 @@ impl<'de> Deserialize<'de> for CachedService {
     }
 }
 
-impl AppliedPart for CachedService {
-    fn applied_part(&self) -> impl Serialize + '_ {
+impl CachedService {
+    /// What an apply of ours sets on it: see [`CachedDeployment::applied_part`].
+    pub fn applied_part(&self) -> impl Serialize + '_ {
         applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
     }
 }

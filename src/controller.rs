@@ -125,7 +125,7 @@ pub async fn run(
     .inspect_ok(on_list_done(&listed, &deployments_listed))
     .inspect_ok(remember_deleted(&deleted, Child::Deployment))
     .touched_objects()
-    .try_filter(not_an_echo(&applied, &verified, Child::Deployment))
+    .try_filter(not_an_echo(&applied, Child::Deployment))
     .inspect_ok(queue_owner(&queue));
 
     let (services, mut services_writer) = packed::packed::<CachedService>();
@@ -135,7 +135,7 @@ pub async fn run(
         .inspect_ok(on_list_done(&listed, &services_listed))
         .inspect_ok(remember_deleted(&deleted, Child::Service))
         .touched_objects()
-        .try_filter(not_an_echo(&applied, &verified, Child::Service))
+        .try_filter(not_an_echo(&applied, Child::Service))
         .inspect_ok(queue_owner(&queue));
     let relists = {
         let (apps, queue) = (apps.clone(), queue.clone());

@@ -69,19 +69,14 @@ impl<K: Eq + Hash, V: Clone> RecentWrites<K, V> {
     /// it planned with what it wrote, so the event is news to nobody. A match ends the entry
     /// (the cache holds the write now).
     pub fn echoes(&self, key: &K, version: Option<&str>) -> bool {
-        self.echo(key, version).is_some()
-    }
-
-    /// [`RecentWrites::echoes`], with what was written when it is the echo.
-    pub fn echo(&self, key: &K, version: Option<&str>) -> Option<V> {
         let mut entries = self.lock();
         let echo = entries
             .get(key, self.ttl)
             .is_some_and(|(_, entry)| version.is_some() && entry.version.as_deref() == version);
-        if !echo {
-            return None;
+        if echo {
+            entries.remove(key);
         }
-        entries.remove(key).map(|entry| entry.written)
+        echo
     }
 
     /// What was written under `key`, if the cache (now at version `cached`) has not seen it
@@ -225,10 +220,10 @@ impl<K: Eq + Hash, V> Timed<K, V> {
         self.map.get(key)
     }
 
-    fn remove(&mut self, key: &K) -> Option<V> {
-        let (_, removed) = self.map.remove(key)?;
-        self.shrink();
-        Some(removed)
+    fn remove(&mut self, key: &K) {
+        if self.map.remove(key).is_some() {
+            self.shrink();
+        }
     }
 
     fn shrink(&mut self) {

@@ -85,7 +85,7 @@ pub(super) struct Context {
     pub(super) failures: Arc<Failures>,
     /// Children found to hold what their MyApp asks, by the versions compared.
     pub(super) verified: Arc<super::verified::Verified>,
-    /// Our child applies the caches have not seen yet.
+    /// Our child applies the caches have not seen yet, by digest.
     pub(super) applied: Arc<Applied>,
     /// Our status writes the MyApp cache has not seen yet.
     pub(super) reported: Arc<Reported>,
@@ -100,15 +100,7 @@ pub(super) struct Context {
 }
 
 /// Child applies by MyApp and child: see [`Context::applied`].
-pub(super) type Applied = RecentWrites<(ObjectRef<CachedMyApp>, Child), AppliedChild>;
-
-/// What a child apply wrote: the digest of the desired child, and the version of the MyApp it
-/// was planned from (`packed::version_number`), for which the applied child holds.
-#[derive(Clone, Debug)]
-pub(super) struct AppliedChild {
-    pub digest: String,
-    pub planned_at: Option<u64>,
-}
+pub(super) type Applied = RecentWrites<(ObjectRef<CachedMyApp>, Child), String>;
 
 /// Status writes by MyApp: see [`Context::reported`].
 pub(super) type Reported = RecentWrites<ObjectRef<CachedMyApp>, ReportedStatus>;

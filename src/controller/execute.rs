@@ -18,14 +18,14 @@ use serde_json::Value;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{
-    context::{AppliedChild, Child, Context},
+    context::{Child, Context},
     events,
     verified::Versions,
     write::{Landed, Precondition},
 };
 use crate::{
     Error,
-    cache::{AppliedPart, CachedDeployment, CachedMyApp, CachedService, ReportedStatus},
+    cache::{CachedDeployment, CachedMyApp, CachedService, ReportedStatus},
     crd::MyApp,
     fight,
     metrics::ReconcileResult,
@@ -176,14 +176,7 @@ async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Err
             plan.deployment,
             seen.deployment,
         ),
-        apply_child::<CachedService, _>(
-            ctx,
-            &key,
-            versions.app,
-            Child::Service,
-            plan.service,
-            seen.service,
-        ),
+        apply_child::<CachedService, _>(ctx, &key, Child::Service, plan.service, seen.service),
     )
     .await;
     for landed in deployment?.iter().chain([&service?]) {
@@ -255,8 +248,8 @@ impl<'a> Seen<'a> {
             observed: Observed {
                 deployment,
                 service,
-                unseen_deployment: unseen_deployment.map(|(write, _)| write.digest),
-                unseen_service: unseen_service.map(|(write, _)| write.digest),
+                unseen_deployment: unseen_deployment.map(|(digest, _)| digest),
+                unseen_service: unseen_service.map(|(digest, _)| digest),
                 unseen_status: unseen_status.map(|(status, _)| status),
                 awaiting_rollout: ctx.awaiting_rollout.elapsed(key),
                 fight_hold_off: ctx.fights.holding_off(key, generation, now),
@@ -310,16 +303,8 @@ async fn apply_deployment(
         None => Vec::new(),
     };
     let rewrites = apply.rewrites.take();
-    let planned_at = app.meta().resource_version.as_deref().map(version_number);
-    let applied = apply_child::<CachedDeployment, _>(
-        ctx,
-        key,
-        planned_at,
-        Child::Deployment,
-        Some(apply),
-        at,
-    )
-    .await?;
+    let applied =
+        apply_child::<CachedDeployment, _>(ctx, key, Child::Deployment, Some(apply), at).await?;
     if let Landed::Written(_) = applied {
         ctx.awaiting_rollout.start(key.clone());
         if let Some(fields) = rewrites {
@@ -345,13 +330,11 @@ async fn rewrote(ctx: &Context, app: &CachedMyApp, fields: &[String], rivals: &[
     ctx.publish(&event, &app.object_ref(&())).await;
 }
 
-/// Applies one child under our field manager (forced: the spec wins) and remembers the write,
-/// planned from the MyApp at version `planned_at`, until the child's cache has seen it
-/// (read-your-writes).
+/// Applies one child under our field manager (forced: the spec wins) and remembers the write
+/// until the child's cache has seen it (read-your-writes).
 async fn apply_child<C, K>(
     ctx: &Context,
     key: &ObjectRef<CachedMyApp>,
-    planned_at: Option<u64>,
     child: Child,
     apply: Option<ChildApply<K>>,
     at: Precondition,
@@ -379,9 +362,8 @@ where
     let namespace = key.namespace.as_deref().unwrap_or_default();
     info!(name = %key.name, %namespace, "Applied {}", child.kind());
     let memory = (key.clone(), child);
-    let write = AppliedChild { digest, planned_at };
     ctx.applied
-        .record(memory, at.cached.clone(), written.as_deref(), write);
+        .record(memory, at.cached.clone(), written.as_deref(), digest);
     if at.expect.is_none() && !ctx.still_there(key) {
         ctx.orphaned(key, child);
     }

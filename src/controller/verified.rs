@@ -12,9 +12,7 @@
 //! the child in one shape was found to hold everything the MyApp at version A asks for, any
 //! version of it in the same shape does too, for as long as the MyApp stays at A. The hash's
 //! key is drawn per process, so that nobody who can edit a child can make another shape pass
-//! for the one found holding. Versions are compared for equality only. The watch event of our
-//! own apply is noted as holding for the MyApp version the apply was planned from, uncompared:
-//! it is the child as the apply left it (`watches::not_an_echo`).
+//! for the one found holding. Versions are compared for equality only.
 //!
 //! A plan is settled when it finds nothing to write and nothing to wait for, with no write of
 //! ours outstanding and a status that time alone cannot change (`plan::Plan::settles`). The
@@ -122,38 +120,6 @@ impl Verified {
         }
     }
 
-    /// Notes that `child`, whose applied part is `applied_part`, holds what the MyApp `key` at
-    /// version `app` asks of it: the child is the result of our apply planned from that version
-    /// (its watch event, at the version the server gave the apply). The apply sent every field
-    /// the MyApp asks for, and the server kept them, so comparing would only find them.
-    pub(super) fn note_applied(
-        &self,
-        key: &ObjectRef<CachedMyApp>,
-        app: u64,
-        child: Child,
-        applied_part: &impl serde::Serialize,
-    ) {
-        let shape = self.shape(applied_part);
-        let seen = match child {
-            Child::Deployment => Versions {
-                deployment_shape: shape,
-                ..Versions::default()
-            },
-            Child::Service => Versions {
-                service_shape: shape,
-                ..Versions::default()
-            },
-        };
-        self.note(
-            key,
-            Versions {
-                app: Some(app),
-                ..seen
-            },
-            child,
-        );
-    }
-
     /// Whether the MyApp `key` was found settled at exactly these versions.
     pub(super) fn settled(&self, key: &ObjectRef<CachedMyApp>, seen: Versions) -> bool {
         let Some(app) = seen.app else {
@@ -240,7 +206,7 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cache::AppliedPart, crd::MyApp};
+    use crate::crd::MyApp;
 
     /// Children whose versions are their shapes: each version in another shape.
     fn seen(app: u64, deployment: u64, service: u64) -> Versions {

@@ -13,12 +13,9 @@ use kube::{
     },
 };
 
-use super::{
-    context::{Applied, Child, Listed, Reported},
-    verified::Verified,
-};
+use super::context::{Applied, Child, Listed, Reported};
 use crate::{
-    cache::{AppliedPart, CachedMyApp},
+    cache::CachedMyApp,
     metrics::{Metrics, queue::Queue},
     recent::Waiting,
 };
@@ -92,28 +89,17 @@ fn owners<K: Resource>(child: &K) -> impl Iterator<Item = ObjectRef<CachedMyApp>
 /// [`RecentWrites::echoes`]): the reconcile that applied it has already planned with it and
 /// scheduled its next look, so the reconcile the event would trigger only finds the child as
 /// applied: about one reconcile in three while converging.
-///
-/// The echo is the child as our apply left it, so it holds what the MyApp asked at the
-/// version the apply was planned from: noted in `verified`, the next reconcile at that
-/// version need not build the desired child to compare it with this one.
-pub(super) fn not_an_echo<K: Resource + AppliedPart>(
+pub(super) fn not_an_echo<K: Resource>(
     applied: &Arc<Applied>,
-    verified: &Arc<Verified>,
     child: Child,
 ) -> impl FnMut(&K) -> future::Ready<bool> + Send + Sync + 'static {
-    let (applied, verified) = (applied.clone(), verified.clone());
+    let applied = applied.clone();
     move |object| {
         let version = object.meta().resource_version.as_deref();
-        let Some(app) = owners(object).next() else {
-            return future::ready(true);
-        };
-        let Some(write) = applied.echo(&(app.clone(), child), version) else {
-            return future::ready(true);
-        };
-        if let Some(planned_at) = write.planned_at {
-            verified.note_applied(&app, planned_at, child, &object.applied_part());
-        }
-        future::ready(false)
+        let echo = owners(object)
+            .next()
+            .is_some_and(|app| applied.echoes(&(app, child), version));
+        future::ready(!echo)
     }
 }
 
@@ -226,10 +212,7 @@ pub(super) fn needs_reconcile(event: &watcher::Event<CachedMyApp>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{
-        context::{AppliedChild, RECENT_WRITES_TTL},
-        verified::Versions,
-    };
+    use super::super::context::RECENT_WRITES_TTL;
     use super::*;
     use crate::{
         cache::{self, CachedDeployment, ReportedStatus},
@@ -314,14 +297,6 @@ mod tests {
         assert!(needs_reconcile(&InitApply(app(2, Some(2)))), "relist");
     }
 
-    /// An apply planned from the MyApp at version `planned_at`, as remembered.
-    fn write(planned_at: u64) -> AppliedChild {
-        AppliedChild {
-            digest: "digest".into(),
-            planned_at: Some(planned_at),
-        }
-    }
-
     #[test]
     fn only_the_watch_event_of_our_own_apply_triggers_nothing() {
         let app = MyApp::test("web").in_namespace("shop").stored();
@@ -331,11 +306,10 @@ mod tests {
             child
         };
         let applied = Arc::new(Applied::new(RECENT_WRITES_TTL));
-        let verified = Arc::new(Verified::default());
         let key = (ObjectRef::new("web").within("shop"), Child::Deployment);
-        applied.record(key.clone(), Some("7".into()), Some("8"), write(3));
-        let mut deployments = not_an_echo(&applied, &verified, Child::Deployment);
-        let mut services = not_an_echo(&applied, &verified, Child::Service);
+        applied.record(key.clone(), Some("7".into()), Some("8"), "digest".into());
+        let mut deployments = not_an_echo(&applied, Child::Deployment);
+        let mut services = not_an_echo(&applied, Child::Service);
         let triggers = |filter: &mut dyn FnMut(&CachedDeployment) -> future::Ready<bool>,
                         version: &str| filter(&at(version)).into_inner();
         assert!(
@@ -345,60 +319,8 @@ mod tests {
         assert!(triggers(&mut services, "8"), "another child of the MyApp");
         assert!(!triggers(&mut deployments, "8"), "our apply's own event");
         assert!(triggers(&mut deployments, "8"), "only once");
-        applied.record(key, Some("8".into()), Some("9"), write(3));
+        applied.record(key, Some("8".into()), Some("9"), "digest".into());
         assert!(triggers(&mut deployments, "10"), "a write after ours");
-    }
-
-    #[test]
-    fn the_echo_of_our_apply_holds_for_the_myapp_version_it_was_planned_from() {
-        let app = MyApp::test("web").in_namespace("shop").stored();
-        let mut echo: CachedDeployment = cache::cached(&crate::resources::deployment(&app));
-        echo.metadata.resource_version = Some("8".into());
-        let applied = Arc::new(Applied::new(RECENT_WRITES_TTL));
-        let verified = Arc::new(Verified::default());
-        let app_key = ObjectRef::new("web").within("shop");
-        let shape = verified.shape(&echo.applied_part());
-        let seen = |app| Versions {
-            app: Some(app),
-            deployment_shape: shape,
-            ..Versions::default()
-        };
-        let mut deployments = not_an_echo(&applied, &verified, Child::Deployment);
-
-        applied.record(
-            (app_key.clone(), Child::Deployment),
-            Some("7".into()),
-            Some("8"),
-            write(3),
-        );
-        let mut other = echo.clone();
-        other.metadata.resource_version = Some("9".into());
-        assert!(deployments(&other).into_inner(), "not the echo: compared");
-        assert!(!verified.holds(&app_key, seen(3), Child::Deployment));
-
-        assert!(!deployments(&echo).into_inner(), "the echo");
-        assert!(
-            verified.holds(&app_key, seen(3), Child::Deployment),
-            "holds for the version the apply was planned from"
-        );
-        assert!(
-            !verified.holds(&app_key, seen(4), Child::Deployment),
-            "not for another"
-        );
-        assert!(
-            !verified.holds(&app_key, seen(3), Child::Service),
-            "nor for the other child"
-        );
-        let mut edited = echo.clone();
-        edited.labels.0.push(("team".into(), "other".into()));
-        let edited_seen = Versions {
-            deployment_shape: verified.shape(&edited.applied_part()),
-            ..seen(3)
-        };
-        assert!(
-            !verified.holds(&app_key, edited_seen, Child::Deployment),
-            "another shape of the child is compared"
-        );
     }
 
     #[test]
