@@ -136,7 +136,9 @@ pub fn desired_deployment(app: &impl MyAppLike) -> Desired<Deployment> {
         .iter()
         .map(|e| EnvVar {
             name: e.name.clone(),
-            value: Some(e.value.clone()),
+            // The API server stores an empty value as none (`omitempty`): applied as "", the
+            // stored child would never compare equal to it, and be applied again on every look.
+            value: (!e.value.is_empty()).then(|| e.value.clone()),
             value_from: None,
         })
         .collect();
@@ -380,6 +382,23 @@ mod tests {
             json!([{"name": "http", "containerPort": 8080, "protocol": "TCP"}])
         );
         assert_eq!(c["env"], json!([{"name": "LOG_LEVEL", "value": "info"}]));
+    }
+
+    #[test]
+    fn an_empty_env_value_is_applied_as_the_api_server_stores_it() {
+        let app = with_env(app(), &[("EMPTY", ""), ("SET", "1")]);
+        let desired = desired_deployment(&app);
+        let c = &desired.json()["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            c["env"],
+            json!([{"name": "EMPTY"}, {"name": "SET", "value": "1"}])
+        );
+        // As a real API server returns it: `value` omitted when empty.
+        let mut stored = serde_json::to_value(as_observed(desired.object())).unwrap();
+        stored["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "EMPTY"}, {"name": "SET", "value": "1"}]);
+        let cached: CachedDeployment = cached(&stored);
+        assert!(desired.is_applied_to(&cached), "found stale on every look");
     }
 
     #[test]
