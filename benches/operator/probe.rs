@@ -115,7 +115,8 @@ impl Observed {
     }
 }
 
-/// What the check reads of a Deployment, under the API's field names.
+/// What the check reads of a Deployment, under the API's field names. Not the operator's own
+/// cached types (`myapp_operator::cache`): the check must not share the reading it checks.
 #[derive(serde::Deserialize)]
 struct Deployment {
     spec: Option<DeploymentSpec>,

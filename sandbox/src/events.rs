@@ -28,7 +28,7 @@ const RENAMED: &[(&str, &str)] = &[
 ];
 
 /// Whether an object is an Event of one of the two APIs.
-pub(crate) fn is_event(obj: &Value) -> bool {
+fn is_event(obj: &Value) -> bool {
     obj.get("kind").and_then(Value::as_str) == Some("Event")
         && matches!(
             obj.get("apiVersion").and_then(Value::as_str),
@@ -36,15 +36,18 @@ pub(crate) fn is_event(obj: &Value) -> bool {
         )
 }
 
+/// Whether [`convert`] changes `obj`: an Event of one API asked for in the other.
+pub fn converts(obj: &Value, api_version: &str) -> bool {
+    is_event(obj)
+        && matches!(api_version, CORE | EVENTS_V1)
+        && obj.get("apiVersion").and_then(Value::as_str) != Some(api_version)
+}
+
 /// Converts an Event to the form of `api_version` (`v1` or `events.k8s.io/v1`), by the
 /// `apiVersion` it carries; anything else (another kind, or already in that form) is left as
 /// it is, so converting twice is harmless.
 pub fn convert(obj: &mut Value, api_version: &str) {
-    if !is_event(obj) || !matches!(api_version, CORE | EVENTS_V1) {
-        return;
-    }
-    let from = obj["apiVersion"].as_str().unwrap_or_default().to_owned();
-    if from == api_version {
+    if !converts(obj, api_version) {
         return;
     }
     let Some(map) = obj.as_object_mut() else {

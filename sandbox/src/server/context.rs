@@ -333,10 +333,7 @@ pub(super) fn read_current(ctx: &Ctx) -> Option<Arc<Value>> {
         Cow::Owned(defaulted) => Some(defaulted),
     };
     let form = current.as_ref().unwrap_or(&stored);
-    // `events::convert` changes only an Event whose apiVersion is not the one asked for.
-    if crate::events::is_event(form)
-        && form.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str())
-    {
+    if crate::events::converts(form, &api_version) {
         let mut converted = current.unwrap_or_else(|| Value::clone(&stored));
         crate::events::convert(&mut converted, &api_version);
         current = Some(converted);
