@@ -50,18 +50,124 @@ pub struct Event {
     pub resource: Resource,
     /// Namespace of the object ("" when cluster-scoped).
     pub namespace: String,
-    /// The object after the change (before removal for DELETED, with the new resourceVersion),
-    /// shared with the store while it is the current version.
-    pub object: Arc<Value>,
+    /// The object after the change (before removal for DELETED, with the new resourceVersion):
+    /// see [`Event::object`].
+    held: Mutex<Held>,
     /// For MODIFIED: the labels before the change (so label-selector watches see an object
     /// entering or leaving the selection as ADDED or DELETED).
     pub previous_labels: Option<Value>,
-    /// The event's watch line as stored (`{"type", "object"}`, the object unchanged),
+    /// The event's watch line as stored (`{"type", "object"}`, the object exactly as stored),
     /// rendered by the first watch that sends it so and shared with every other: the API
     /// server's watch cache also serializes an event once per encoding. Its JSON is smaller
     /// than the object's [`heap_bytes`] estimate, so the log holds at most about twice its
     /// byte bound.
     pub line: OnceLock<bytes::Bytes>,
+}
+
+/// How a logged event holds its object.
+#[derive(Debug)]
+enum Held {
+    /// As a value: shared with the store while it is the current version.
+    Object(Arc<Value>),
+    /// In the event's line only, once the object is no longer stored and the line is rendered:
+    /// a superseded version as a `Value` takes about five times its JSON's bytes, and the log
+    /// keeps every version a watch may still replay. What every watch reads of every event is
+    /// kept beside it; the rest is parsed from the line when asked for.
+    Line {
+        name: String,
+        uid: String,
+        labels: Option<Value>,
+    },
+}
+
+impl Event {
+    /// A logged change of `object`.
+    pub fn new(
+        rv: u64,
+        kind: EventType,
+        resource: Resource,
+        namespace: String,
+        object: Arc<Value>,
+        previous_labels: Option<Value>,
+    ) -> Self {
+        Event {
+            rv,
+            kind,
+            resource,
+            namespace,
+            held: Mutex::new(Held::Object(object)),
+            previous_labels,
+            line: OnceLock::new(),
+        }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The object after the change: shared while the event holds it, else parsed from the
+    /// line (which holds it exactly as stored).
+    pub fn object(&self) -> Arc<Value> {
+        if let Held::Object(object) = &*self.held() {
+            return object.clone();
+        }
+        let line = self
+            .line
+            .get()
+            .expect("an event holds its object or its line");
+        let mut event: Value = serde_json::from_slice(line).expect("a rendered line is JSON");
+        Arc::new(event["object"].take())
+    }
+
+    /// The object's name and uid.
+    pub fn identity(&self) -> (String, String) {
+        match &*self.held() {
+            Held::Object(object) => {
+                let field = |f| meta_str(object, f).unwrap_or("").to_string();
+                (field("name"), field("uid"))
+            }
+            Held::Line { name, uid, .. } => (name.clone(), uid.clone()),
+        }
+    }
+
+    /// `f` of the object's labels.
+    pub fn with_labels<R>(&self, f: impl FnOnce(Option<&Value>) -> R) -> R {
+        match &*self.held() {
+            Held::Object(object) => f(object.pointer("/metadata/labels")),
+            Held::Line { labels, .. } => f(labels.as_ref()),
+        }
+    }
+
+    /// Drops the object as a value once nothing else holds it (the store has a newer version
+    /// or none) and the line holds it.
+    pub fn release_if_superseded(&self) {
+        if self.line.get().is_none() {
+            return;
+        }
+        let mut held = self.held();
+        let Held::Object(object) = &mut *held else {
+            return;
+        };
+        // Every other holder got its share through this lock or from the store; one left
+        // means the event's is the last.
+        if Arc::strong_count(object) != 1 {
+            return;
+        }
+        let field = |f| meta_str(object, f).unwrap_or("").to_string();
+        let line = Held::Line {
+            name: field("name"),
+            uid: field("uid"),
+            labels: object.pointer("/metadata/labels").cloned(),
+        };
+        let released = std::mem::replace(&mut *held, line);
+        drop(held);
+        drop(released);
+    }
+}
+
+/// An object's `metadata.resourceVersion` as stored.
+fn version(obj: &Value) -> Option<u64> {
+    meta_str(obj, "resourceVersion")?.parse().ok()
 }
 
 /// An object: (resource, namespace, name).
@@ -439,13 +545,28 @@ impl State {
             self.event_deadlines.insert(key.clone(), deadline);
             self.event_expiry.push_back((deadline, key));
         }
+        let previous_version = previous.as_deref().and_then(version);
         let previous_labels = previous.map(|p| {
             p.pointer("/metadata/labels")
                 .cloned()
                 .unwrap_or(Value::Null)
         });
         self.log_event(rv, kind, rt.storage(), ns, stored.clone(), previous_labels);
+        self.release_logged(previous_version);
         stored
+    }
+
+    /// Lets the logged event of `version`, an object version the store no longer holds, drop
+    /// its object if its line is rendered (a watch that renders it later lets it go then).
+    fn release_logged(&self, version: Option<u64>) {
+        let Some(rv) = version.filter(|rv| *rv > 0) else {
+            return;
+        };
+        if let Some((event, _)) = self.log.get(self.log_position_after(rv - 1))
+            && event.rv == rv
+        {
+            event.release_if_superseded();
+        }
     }
 
     /// Keeps [`State::dependents`] in step with an object's owner references.
@@ -506,15 +627,14 @@ impl State {
         // the current version, so this over-counts: the bound errs on the small side).
         let bytes = heap_bytes(&object);
         self.log.push_back((
-            Arc::new(Event {
+            Arc::new(Event::new(
                 rv,
                 kind,
                 resource,
                 namespace,
                 object,
                 previous_labels,
-                line: OnceLock::new(),
-            }),
+            )),
             bytes,
         ));
         self.log_bytes += bytes;
@@ -617,6 +737,7 @@ impl State {
         self.index_owners(&key, Some(&removed), None);
         self.event_deadlines.remove(&key);
         let mut obj = Arc::unwrap_or_clone(removed);
+        self.release_logged(version(&obj));
         self.rv += 1;
         let rv = self.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -763,5 +884,99 @@ impl State {
                 self.put(&rt, updated, EventType::Modified);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Weak;
+
+    use super::*;
+
+    fn config_map(data: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "labels": labels},
+               "data": {"k": data}})
+    }
+
+    /// Stores `obj` and returns its logged event and a handle that tells whether its value
+    /// still lives.
+    fn put(state: &mut State, obj: Value, kind: EventType) -> (Arc<Event>, Weak<Value>) {
+        let rt = state.registry.any_version("", "configmaps").unwrap();
+        let stored = state.put(&rt, obj, kind);
+        let event = state.events_since(state.rv - 1).unwrap().pop().unwrap();
+        (event, Arc::downgrade(&stored))
+    }
+
+    /// What a watch caches: the event's line as stored.
+    fn render(event: &Event) {
+        let line = format!(
+            r#"{{"type":"{}","object":{}}}"#,
+            event.kind.as_str(),
+            event.object()
+        );
+        event.line.set(bytes::Bytes::from(line + "\n")).unwrap();
+    }
+
+    #[test]
+    fn a_superseded_version_whose_line_is_rendered_is_kept_as_its_line() {
+        let store = Store::new(Retention::default());
+        let mut state = store.lock();
+        let (first, value) = put(
+            &mut state,
+            config_map("1", json!({"app": "web"})),
+            EventType::Added,
+        );
+        let logged = Value::clone(&first.object());
+        render(&first);
+        put(&mut state, config_map("2", json!({})), EventType::Modified);
+        assert!(value.upgrade().is_none(), "the superseded value is dropped");
+        assert_eq!(
+            *first.object(),
+            logged,
+            "the line holds the object as stored"
+        );
+        assert_eq!(first.identity(), ("c".to_string(), "u1".to_string()));
+        assert_eq!(
+            first.with_labels(|labels| labels.cloned()),
+            Some(json!({"app": "web"}))
+        );
+    }
+
+    #[test]
+    fn a_version_keeps_its_value_while_stored_or_unrendered_and_a_later_render_lets_it_go() {
+        let store = Store::new(Retention::default());
+        let mut state = store.lock();
+        let (first, value) = put(&mut state, config_map("1", json!({})), EventType::Added);
+        render(&first);
+        first.release_if_superseded();
+        assert!(
+            value.upgrade().is_some(),
+            "the store still holds this version"
+        );
+        let (second, second_value) =
+            put(&mut state, config_map("2", json!({})), EventType::Modified);
+        assert!(value.upgrade().is_none());
+        put(&mut state, config_map("3", json!({})), EventType::Modified);
+        assert!(
+            second_value.upgrade().is_some(),
+            "no line to keep it in: superseded, the value stays"
+        );
+        render(&second);
+        second.release_if_superseded();
+        assert!(second_value.upgrade().is_none());
+        assert_eq!(second.object()["data"]["k"], "2");
+    }
+
+    #[test]
+    fn a_removed_objects_last_stored_version_is_kept_as_its_line() {
+        let store = Store::new(Retention::default());
+        let mut state = store.lock();
+        let (first, value) = put(&mut state, config_map("1", json!({})), EventType::Added);
+        render(&first);
+        let removed = state.remove(&(String::new(), "configmaps".into()), "ns", "c", false);
+        assert!(removed.is_some());
+        assert!(value.upgrade().is_none());
+        assert_eq!(first.object()["data"]["k"], "1");
     }
 }

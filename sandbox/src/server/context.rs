@@ -294,15 +294,26 @@ impl Selectors {
         match (event.kind, &event.previous_labels) {
             (EventType::Added, _) => false,
             (EventType::Modified, Some(previous)) => {
-                self.fields_match(&event.object) && self.labels.matches_labels(Some(previous))
+                self.event_fields_match(event) && self.labels.matches_labels(Some(previous))
             }
-            _ => self.matches(&event.object),
+            _ => self.event_matches(event),
         }
     }
 
     /// Whether the object is in the selection after `event`.
     pub(super) fn selected_after(&self, event: &Event) -> bool {
-        event.kind != EventType::Deleted && self.matches(&event.object)
+        event.kind != EventType::Deleted && self.event_matches(event)
+    }
+
+    /// [`Selectors::matches`] of a logged event's object, read only as far as the selectors
+    /// need: its labels are at hand, its other fields may have to be parsed.
+    fn event_matches(&self, event: &Event) -> bool {
+        event.with_labels(|labels| self.labels.matches_labels(labels))
+            && self.event_fields_match(event)
+    }
+
+    fn event_fields_match(&self, event: &Event) -> bool {
+        self.fields.is_empty() || self.fields_match(&event.object())
     }
 }
 

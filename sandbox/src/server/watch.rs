@@ -1,6 +1,7 @@
 //! Watch streams: replay from a resourceVersion (or synthetic ADDED events), then live events,
 //! one JSON object per line.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -14,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::context::{Ctx, Selectors, decoded, present, transition};
 use crate::status::ApiError;
-use crate::store::{Event, Resource, meta_str};
+use crate::store::{Event, Resource};
 
 /// The API server's default watch length when the client sets no `timeoutSeconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -48,6 +49,22 @@ fn stored_line(kind: &str, obj: &Value) -> Bytes {
     let _ = serde_json::to_writer(&mut line, obj);
     line.extend_from_slice(b"}\n");
     Bytes::from(line.into_boxed_slice())
+}
+
+/// A logged event's line: its cached line if a watch rendered it, else rendered from its
+/// object by `render_line`; then the event may let its object go.
+fn render_event(
+    kind: &str,
+    e: &Event,
+    render_line: &impl Fn(&str, &Value, Option<&OnceLock<Bytes>>) -> Bytes,
+) -> Bytes {
+    let cache = line_cache(kind, e);
+    let line = match cache.and_then(OnceLock::get) {
+        Some(line) => line.clone(),
+        None => render_line(kind, &e.object(), cache),
+    };
+    e.release_if_superseded();
+    line
 }
 
 /// Where `e` keeps its line when a watch sends it as the event it was (a label-selector watch
@@ -148,8 +165,11 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
     let decode_as = rt.clone();
     let render_line = move |kind: &str, obj: &Value, cache: Option<&OnceLock<Bytes>>| -> Bytes {
         let (api_version, resource_kind) = &served_as;
-        // A cached line is shared by every watch of this version, which decodes alike.
-        let obj = &*decoded(&decode_as, obj);
+        let decoded = decoded(&decode_as, obj);
+        // Only an object served exactly as stored is cached: the line then holds the stored
+        // object, which a logged event may keep in place of its value.
+        let cache = cache.filter(|_| matches!(decoded, Cow::Borrowed(_)));
+        let obj = &*decoded;
         if plain && stored_as(obj, api_version, resource_kind) {
             return match cache {
                 Some(cache) => cache.get_or_init(|| stored_line(kind, obj)).clone(),
@@ -208,7 +228,7 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
                     Ok(mut events) => {
                         events.retain(|e| e.rv <= until);
                         for (kind, e) in scope.select(&events, view.coalesce) {
-                            first.push(render_line(kind, &e.object, line_cache(kind, e)));
+                            first.push(render_event(kind, e, &render_line));
                         }
                         cursor = cursor.max(rv);
                     }
@@ -294,7 +314,7 @@ pub(super) fn watch(ctx: &Ctx) -> Result<Response, ApiError> {
             match batch {
                 Ok(events) => {
                     for (kind, e) in scope.select(&events, coalesce) {
-                        let line = render_line(kind, &e.object, line_cache(kind, e));
+                        let line = render_event(kind, e, &render_line);
                         if tx.send(line).await.is_err() {
                             return;
                         }
@@ -339,13 +359,10 @@ impl Scope {
                 .collect();
         }
         // Per (namespace, name, uid): its first and its last event.
-        let mut spans: HashMap<(&str, &str, &str), (&Event, &Event)> = HashMap::new();
+        let mut spans: HashMap<(&str, String, String), (&Event, &Event)> = HashMap::new();
         for e in covered {
-            let key = (
-                e.namespace.as_str(),
-                meta_str(&e.object, "name").unwrap_or(""),
-                meta_str(&e.object, "uid").unwrap_or(""),
-            );
+            let (name, uid) = e.identity();
+            let key = (e.namespace.as_str(), name, uid);
             spans
                 .entry(key)
                 .and_modify(|span| span.1 = e)
@@ -459,18 +476,17 @@ mod tests {
         labels: Value,
     ) -> Arc<Event> {
         let previous_labels = (kind == EventType::Modified).then_some(before);
-        Arc::new(Event {
+        Arc::new(Event::new(
             rv,
             kind,
-            resource: (String::new(), "configmaps".into()),
-            namespace: "ns".into(),
-            object: Arc::new(
+            (String::new(), "configmaps".into()),
+            "ns".into(),
+            Arc::new(
                 json!({"metadata": {"name": name, "namespace": "ns", "uid": uid,
-                                                 "resourceVersion": rv.to_string(), "labels": labels}}),
+                                         "resourceVersion": rv.to_string(), "labels": labels}}),
             ),
             previous_labels,
-            line: OnceLock::new(),
-        })
+        ))
     }
 
     fn scope(labels: &str) -> Scope {

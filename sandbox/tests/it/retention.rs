@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, ObjectReference};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Resource, ResourceExt};
 use kube_sandbox::Sandbox;
 use kube_sandbox::testing::eventually;
@@ -151,4 +151,61 @@ async fn a_dependent_that_dropped_its_owner_reference_outlives_the_owner() {
         .unwrap();
     assert!(configmaps.get_opt("collected").await.unwrap().is_none());
     assert!(configmaps.get_opt("kept").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_watch_resumed_from_before_superseded_versions_gets_each_as_it_was_written() {
+    let sandbox = Sandbox::new();
+    let api = Api::<ConfigMap>::default_namespaced(client(&sandbox));
+    let mut cm = config_map("c");
+    cm.labels_mut().insert("app".into(), "web".into());
+    cm.data = Some([("k".to_string(), "1".to_string())].into());
+    let from = api
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap()
+        .resource_version()
+        .unwrap();
+    // A live watch renders each version's line before the next write supersedes it: the log
+    // then keeps that version as its line only.
+    let mut live = watch_from(&api, &from).await;
+    let mut written = Vec::new();
+    for (labels, data) in [(json!({"app": null}), "2"), (json!({"tier": "a"}), "3")] {
+        let patch = json!({"metadata": {"labels": labels}, "data": {"k": data}});
+        api.patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        match live.next().await.unwrap().unwrap() {
+            WatchEvent::Modified(cm) => written.push(cm),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    let mut resumed = watch_from(&api, &from).await;
+    for expected in &written {
+        match resumed.next().await.unwrap().unwrap() {
+            WatchEvent::Modified(cm) => assert_eq!(&cm, expected),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // A label-selector watch reads the released versions' labels: the object left the
+    // selection with the first change and stayed out; it enters again with the next write.
+    let mut selected = api
+        .watch(&WatchParams::default().labels("app=web"), &from)
+        .await
+        .unwrap()
+        .boxed();
+    match selected.next().await.unwrap().unwrap() {
+        WatchEvent::Deleted(cm) => assert_eq!(cm, written[0]),
+        other => panic!("{other:?}"),
+    }
+    let patch = json!({"metadata": {"labels": {"app": "web"}}, "data": {"k": "4"}});
+    api.patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    match selected.next().await.unwrap().unwrap() {
+        WatchEvent::Added(cm) => assert_eq!(cm.data.unwrap()["k"], "4"),
+        other => panic!("{other:?}"),
+    }
 }
