@@ -321,7 +321,7 @@ impl CertStore {
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
                 // Errors from the watcher are not fatal: the poll still runs.
-                if event.is_ok() {
+                if event.is_ok_and(|event| may_change_files(&event.kind)) {
                     on_event.notify_one();
                 }
             })
@@ -362,6 +362,17 @@ impl CertStore {
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
+    }
+}
+
+/// Whether a filesystem event in the directory may have changed what it holds. Opening and
+/// reading the files does not: a reload reads them, and reacting to its own reads it would
+/// reload again and again.
+fn may_change_files(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        notify::EventKind::Access(access) => *access == AccessKind::Close(AccessMode::Write),
+        _ => true,
     }
 }
 
@@ -821,5 +832,60 @@ mod tests {
         assert_ne!(store.current().cert[0], before.cert[0]);
         assert_eq!(metrics.cert_reloads(), 1);
         assert_eq!(metrics.cert_not_after(), 1_956_528_000);
+    }
+
+    #[tokio::test]
+    async fn a_watched_directory_is_read_again_only_when_something_in_it_changes() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+        use notify::Watcher as _;
+        use notify::event::{AccessKind, EventKind};
+
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = self_signed((2030, 1, 1));
+        write_pair(dir.path(), &cert, &key);
+        let store = CertStore::load(CertPaths::in_dir(dir.path()), Metrics::new()).unwrap();
+        let before = store.current();
+        // Every open of the certificate file, as the kernel reports it.
+        let opens = Arc::new(AtomicUsize::new(0));
+        let counted = opens.clone();
+        let mut spy = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if let Ok(event) = event
+                && matches!(event.kind, EventKind::Access(AccessKind::Open(_)))
+                && event.paths.iter().any(|p| p.ends_with("tls.crt"))
+            {
+                counted.fetch_add(1, SeqCst);
+            }
+        })
+        .unwrap();
+        spy.watch(dir.path(), notify::RecursiveMode::NonRecursive)
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let watching = store
+            .watch(Duration::from_secs(3600), cancel.clone())
+            .unwrap();
+
+        // The first poll reads the pair at once; then nothing in the directory changes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let settled = opens.load(SeqCst);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            opens.load(SeqCst),
+            settled,
+            "the pair was read again unchanged"
+        );
+
+        let (cert, key) = self_signed((2032, 1, 1));
+        write_pair(dir.path(), &cert, &key);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while store.current().cert[0] == before.cert[0] {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the new pair was not loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cancel.cancel();
+        watching.await.unwrap();
     }
 }
