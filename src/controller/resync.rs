@@ -18,30 +18,33 @@ use kube::{
     ResourceExt,
     runtime::reflector::{ObjectRef, Store},
 };
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use super::context::Failures;
 use crate::{cache::CachedMyApp, packed::key};
 
-/// How often a pass hands over the MyApps whose point it has reached. The scheduler gets them
-/// together, so the runtime wakes once for a batch rather than once per MyApp; a tenth of a
-/// second later matters to no resync.
+/// The shortest time between two hand-overs of a pass. The scheduler gets the MyApps due in
+/// between together, so the runtime wakes once for a batch rather than once per MyApp; a tenth
+/// of a second later matters to no resync.
 const TICK: Duration = Duration::from_millis(100);
 
-/// `ObjectRef`s of the cached MyApps, each once per `period`, handed over every [`TICK`]. The
-/// first pass starts one period after the call: the first list triggers every MyApp anyway.
+/// `ObjectRef`s of the cached MyApps, each once per `period`, handed over when their points come
+/// (at most one hand-over per [`TICK`]). The first pass starts one period after the call: the
+/// first list triggers every MyApp anyway.
 pub(super) fn resyncs(
     apps: Store<CachedMyApp>,
     period: Duration,
     failures: Arc<Failures>,
 ) -> impl Stream<Item = ObjectRef<CachedMyApp>> + Send + 'static {
-    let mut ticks = tokio::time::interval_at(Instant::now() + TICK, TICK);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let pass = Pass::new(Vec::new(), Instant::now());
+    let now = Instant::now();
+    let pass = Pass::new(Vec::new(), now);
     stream::unfold(
-        (ticks, pass, apps, failures),
-        move |(mut ticks, mut pass, apps, failures)| async move {
-            let now = ticks.tick().await;
+        (pass, now, apps, failures),
+        move |(mut pass, woke, apps, failures)| async move {
+            // Asleep until a point comes: an operator with few MyApps, or none, wakes for
+            // them only, not ten times a second.
+            tokio::time::sleep_until(pass.next_point(period).max(woke + TICK)).await;
+            let now = Instant::now();
             let due: Vec<_> = pass
                 .due(now, period)
                 .filter_map(|key| object_ref(&key))
@@ -50,7 +53,7 @@ pub(super) fn resyncs(
             if pass.ended(now, period) {
                 pass = Pass::new(keys(&apps), now);
             }
-            Some((stream::iter(due), (ticks, pass, apps, failures)))
+            Some((stream::iter(due), (pass, now, apps, failures)))
         },
     )
     .flatten()
@@ -112,6 +115,17 @@ impl Pass {
         })
     }
 
+    /// When the pass reaches the point of the next key it has not handed over, or, with none
+    /// left, its period is over.
+    fn next_point(&self, period: Duration) -> Instant {
+        let fraction = self
+            .keys
+            .as_slice()
+            .first()
+            .map_or(1.0, |(point, _)| *point as f64 / u64::MAX as f64);
+        self.started + period.mul_f64(fraction)
+    }
+
     /// Whether the period is over and every key handed over.
     fn ended(&self, now: Instant, period: Duration) -> bool {
         self.keys.len() == 0 && now.saturating_duration_since(self.started) >= period
@@ -146,6 +160,27 @@ mod tests {
         }
         seen.sort_unstable();
         assert_eq!(seen, names, "each exactly once");
+    }
+
+    #[test]
+    fn a_pass_wakes_at_its_next_point_and_without_one_at_its_end() {
+        let period = Duration::from_secs(100);
+        let empty = Pass::new(Vec::new(), Instant::now());
+        assert_eq!(empty.next_point(period), empty.started + period);
+
+        let (mut pass, _) = pass(3);
+        let start = pass.started;
+        while let Some((point, _)) = pass.keys.as_slice().first().cloned() {
+            let at = pass.next_point(period);
+            assert!(at > start && at <= start + period);
+            assert_eq!(pass.due(at - Duration::from_millis(1), period).count(), 0);
+            let due: Vec<_> = pass.due(at + Duration::from_millis(1), period).collect();
+            assert!(
+                due.iter().any(|key| self::point(key) == point),
+                "due at its point"
+            );
+        }
+        assert_eq!(pass.next_point(period), start + period);
     }
 
     #[test]
