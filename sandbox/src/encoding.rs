@@ -154,6 +154,15 @@ impl Table {
                 .collect();
             table.structs.push(fields);
         }
+        // `metadata.managedFields: []` resets the entries, which the field manager tells from
+        // none (`isResetManagedFields` in `managedfields/internal/fieldmanager.go` sees the Go
+        // slice before it is encoded); the field manager writes the field afterwards.
+        if let Some(field) = index
+            .get("meta.ObjectMeta")
+            .and_then(|at| table.structs[*at].get_mut("managedFields"))
+        {
+            field.omitempty = false;
+        }
         table
     }
 

@@ -162,3 +162,15 @@ fn both_event_apis_drop_their_own_empty_fields() {
                "eventTime": null})
     );
 }
+
+#[test]
+fn an_empty_managed_fields_list_is_left_for_the_field_manager() {
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "c", "managedFields": []}});
+    omit_empty(&mut cm);
+    assert_eq!(cm["metadata"]["managedFields"], json!([]));
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "c", "managedFields": [{"manager": "", "subresource": ""}]}});
+    omit_empty(&mut cm);
+    assert_eq!(cm["metadata"]["managedFields"], json!([{}]));
+}

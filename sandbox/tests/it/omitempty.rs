@@ -220,3 +220,20 @@ async fn the_simulated_controllers_write_objects_as_go_encodes_them() {
         assert_eq!(encoded, object);
     }
 }
+
+#[tokio::test]
+async fn an_empty_managed_fields_list_sent_with_an_update_still_clears_them() {
+    let (_sandbox, api) = raw_deployments();
+    let created = api
+        .create(&PostParams::default(), &object(deployment(1, json!([]))))
+        .await
+        .unwrap();
+    assert!(!created.managed_fields().is_empty());
+    let mut sent = serde_json::to_value(&created).unwrap();
+    sent["metadata"]["managedFields"] = json!([]);
+    let replaced = api
+        .replace("d", &PostParams::default(), &object(sent))
+        .await
+        .unwrap();
+    assert!(replaced.managed_fields().is_empty(), "{replaced:?}");
+}
