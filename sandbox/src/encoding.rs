@@ -149,7 +149,14 @@ impl Table {
                     };
                     let ty = parse_type(ty, &index);
                     let walk = ty.holds_structs();
-                    (name.to_owned(), Field { omitempty, ty, walk })
+                    (
+                        name.to_owned(),
+                        Field {
+                            omitempty,
+                            ty,
+                            walk,
+                        },
+                    )
                 })
                 .collect();
             table.structs.push(fields);

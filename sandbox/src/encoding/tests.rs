@@ -126,12 +126,16 @@ fn byte_slices_are_empty_as_empty_strings() {
         "webhooks": [{"name": "a.b.c", "clientConfig": {"caBundle": "", "url": "https://x"}}],
     });
     omit_empty(&mut hooks);
-    assert_eq!(hooks["webhooks"][0]["clientConfig"], json!({"url": "https://x"}));
+    assert_eq!(
+        hooks["webhooks"][0]["clientConfig"],
+        json!({"url": "https://x"})
+    );
 }
 
 #[test]
 fn unknown_fields_and_other_kinds_are_not_touched() {
-    let mut d = containers(json!([{"name": "a", "x-unknown": "", "env": [{"name": "A", "extra": []}]}]));
+    let mut d =
+        containers(json!([{"name": "a", "x-unknown": "", "env": [{"name": "A", "extra": []}]}]));
     let before = d.clone();
     omit_empty(&mut d);
     assert_eq!(d, before);

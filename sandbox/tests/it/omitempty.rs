@@ -117,14 +117,14 @@ async fn created_updated_and_patched_objects_lose_their_empty_omitempty_fields()
     // The field manager sees the decoded object: the creator's Update entry has no value.
     let owned = fields_of(&created, "writer");
     let c = &owned["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"];
-    assert_eq!(c["f:env"]["k:{\"name\":\"A\"}"], json!({".": {}, "f:name": {}}));
+    assert_eq!(
+        c["f:env"]["k:{\"name\":\"A\"}"],
+        json!({".": {}, "f:name": {}})
+    );
 
     let mut replaced = deployment(0, json!([{"name": "A"}, {"name": "B", "value": ""}]));
     replaced["metadata"]["labels"] = json!({});
-    let replaced = api
-        .replace("d", &params, &object(replaced))
-        .await
-        .unwrap();
+    let replaced = api.replace("d", &params, &object(replaced)).await.unwrap();
     assert_eq!(
         containers(&replaced)[0]["env"],
         json!([{"name": "A"}, {"name": "B"}])
@@ -204,9 +204,9 @@ async fn the_simulated_controllers_write_objects_as_go_encodes_them() {
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     eventually("two pods run", || async {
         let pods = pods.list(&ListParams::default()).await.ok()?.items;
-        let running = pods.iter().filter(|p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        });
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
         (running.count() == 2).then_some(())
     })
     .await;
