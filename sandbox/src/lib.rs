@@ -22,6 +22,8 @@ pub mod crd;
 pub mod defaults;
 /// `/version`, `/api`, `/apis`, resource lists, OpenAPI v3 documents.
 mod discovery;
+/// Built-in objects as Go's encoder writes them: `omitempty` fields at their zero value left out.
+pub mod encoding;
 /// Core and `events.k8s.io` Events as two views of one store: conversion and field labels.
 pub mod events;
 /// Fault injection and the request log.

@@ -128,7 +128,10 @@ fn encode(obj: &mut Value, mut entries: Vec<Entry>) {
         .into_iter()
         .map(|e| {
             let mut v = Map::new();
-            v.insert("manager".into(), Value::String(e.manager));
+            // `manager` and `subresource` are omitempty strings of `ManagedFieldsEntry`.
+            if !e.manager.is_empty() {
+                v.insert("manager".into(), Value::String(e.manager));
+            }
             v.insert("operation".into(), text(e.operation.as_str()));
             v.insert("apiVersion".into(), Value::String(e.api_version));
             v.insert("time".into(), Value::String(e.time));

@@ -79,6 +79,12 @@ fn decode_defaults(
     old: Option<&Value>,
     first_pass: bool,
 ) -> Result<(), ApiError> {
+    if ctx.rt.crd.is_none() {
+        // The decoded Go struct is what the defaulters, the field manager and the store see:
+        // an `omitempty` field at its zero value is gone, and a defaulter that fills in an
+        // empty string (Go's unset) fills in one left out here.
+        crate::encoding::omit_empty(obj);
+    }
     let is_service = ctx.rt.group.is_empty() && ctx.rt.plural == "services";
     // Services are defaulted once: a second pass would reserve the allocated IP again.
     if ctx.path.sub.is_none() && (first_pass || !is_service) {

@@ -21,6 +21,7 @@ mod kubectl_auth;
 mod lists;
 mod managed_fields;
 mod object_limits;
+mod omitempty;
 mod pods;
 mod printers;
 mod rbac;
