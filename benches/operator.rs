@@ -320,11 +320,12 @@ fn main() -> ExitCode {
         .filter_map(|a| a.parse().ok())
         .collect();
     let apps = args.first().copied().unwrap_or(1000);
-    let concurrency = args.get(1).copied().unwrap_or(4);
+    // The operator's default (`run --concurrency`).
+    let concurrency = args.get(1).copied().unwrap_or(16);
     // The sandbox serves a request on one worker of this runtime from start to end without
     // yielding (its store is behind a plain mutex), so it holds at most one request in flight
     // per worker: with one worker per core (2 here) the operator never showed more than 2 in
-    // flight at concurrency 4. Enough workers for the operator's concurrency and the bench's
+    // flight at a concurrency of 4. Enough workers for the operator's concurrency and the bench's
     // own polling let the count show the operator's concurrency, not the sandbox's threads.
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     let threads = std::env::var("MYAPP_BENCH_THREADS")

@@ -54,7 +54,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            concurrency: 4,
+            concurrency: 16,
             resync: Duration::from_secs(300),
             reconcile_timeout: Duration::from_secs(30),
             backoff_base: Duration::from_millis(500),
