@@ -551,7 +551,8 @@ impl State {
                 .cloned()
                 .unwrap_or(Value::Null)
         });
-        self.log_event(rv, kind, rt.storage(), ns, stored.clone(), previous_labels);
+        let event = Event::new(rv, kind, rt.storage(), ns, stored.clone(), previous_labels);
+        self.log_event(event);
         self.release_logged(previous_version);
         stored
     }
@@ -614,29 +615,11 @@ impl State {
         }
     }
 
-    fn log_event(
-        &mut self,
-        rv: u64,
-        kind: EventType,
-        resource: Resource,
-        namespace: String,
-        object: Arc<Value>,
-        previous_labels: Option<Value>,
-    ) {
+    fn log_event(&mut self, event: Event) {
         // What the logged object holds on the heap (it is shared with the store while it is
         // the current version, so this over-counts: the bound errs on the small side).
-        let bytes = heap_bytes(&object);
-        self.log.push_back((
-            Arc::new(Event::new(
-                rv,
-                kind,
-                resource,
-                namespace,
-                object,
-                previous_labels,
-            )),
-            bytes,
-        ));
+        let bytes = heap_bytes(&event.object());
+        self.log.push_back((Arc::new(event), bytes));
         self.log_bytes += bytes;
         while self.log.len() > self.retention.log_events
             || (self.log_bytes > self.retention.log_bytes && self.log.len() > 1)
@@ -742,14 +725,14 @@ impl State {
         let rv = self.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let logged = Arc::new(obj);
-        self.log_event(
+        self.log_event(Event::new(
             rv,
             EventType::Deleted,
             res.clone(),
             ns.to_string(),
             logged.clone(),
             None,
-        );
+        ));
         let obj = Arc::unwrap_or_clone(logged);
         if res.0.is_empty() && res.1 == "services" {
             self.defaulter.release(&obj);
