@@ -320,8 +320,10 @@ fn main() -> ExitCode {
         .filter_map(|a| a.parse().ok())
         .collect();
     let apps = args.first().copied().unwrap_or(1000);
-    // The operator's default (`run --concurrency`).
-    let concurrency = args.get(1).copied().unwrap_or(16);
+    let concurrency = args
+        .get(1)
+        .copied()
+        .unwrap_or(usize::from(myapp_operator::controller::DEFAULT_CONCURRENCY));
     // The sandbox serves a request on one worker of this runtime from start to end without
     // yielding (its store is behind a plain mutex), so it holds at most one request in flight
     // per worker: with one worker per core (2 here) the operator never showed more than 2 in

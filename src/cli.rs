@@ -313,7 +313,8 @@ pub struct ControllerArgs {
     /// How many MyApps are reconciled at once. A reconcile mostly waits for the API server;
     /// more in flight let one wake-up of the operator's thread serve several, which lowers the
     /// CPU per MyApp as well as the time to converge.
-    #[arg(long, env = "MYAPP_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "MYAPP_CONCURRENCY", default_value_t = crate::controller::DEFAULT_CONCURRENCY,
+          value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Safety-net resync period: every MyApp is reconciled once per period (each at its own
     /// point of it, spread by name) besides what watch events trigger.

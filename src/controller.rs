@@ -25,7 +25,7 @@ use kube::{
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-pub use context::Config;
+pub use context::{Config, DEFAULT_CONCURRENCY};
 pub use execute::REPLICAS_HANDOFF_MANAGER;
 pub use retry::STATUS_FORBIDDEN_FIX;
 

@@ -28,6 +28,11 @@ use crate::{
     recent::{RecentWrites, Waiting},
 };
 
+/// Reconciles running at once unless told otherwise (`run --concurrency`): a reconcile mostly
+/// waits for the API server, and with more in flight one wake-up of the operator's thread
+/// serves several (`benches/README.md`, "Concurrency").
+pub const DEFAULT_CONCURRENCY: u16 = 16;
+
 /// Tunables of the controller, set from the CLI.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -54,7 +59,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            concurrency: 16,
+            concurrency: DEFAULT_CONCURRENCY,
             resync: Duration::from_secs(300),
             reconcile_timeout: Duration::from_secs(30),
             backoff_base: Duration::from_millis(500),
