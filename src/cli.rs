@@ -350,7 +350,10 @@ pub struct LogArgs {
     /// Log format: `plain` for people, `json` for log collectors.
     #[arg(long, env = "MYAPP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
-    /// Log filter in RUST_LOG syntax, e.g. `info` or `myapp_operator=debug,kube=warn`.
+    /// Log filter in RUST_LOG syntax, e.g. `info` or `myapp_operator=debug,kube=warn`. kube's
+    /// own error line per failed request (the operator logs those with the URL and the cause)
+    /// and kube's span around each reconcile (the operator's own names the MyApp) are left out
+    /// unless the filter names `kube_client` or `kube_runtime`.
     #[arg(long, env = "MYAPP_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 }
