@@ -355,7 +355,7 @@ fn deployment_apply(
     }
 }
 
-fn child_state<D: Resource, O: serde::Serialize>(
+fn child_state<D: Resource + serde::Serialize, O: serde::Serialize>(
     desired: &Desired<D>,
     observed: Option<&O>,
     unseen: Option<&str>,

@@ -2,7 +2,7 @@
 //! observed child already holds what we would apply. Nothing here talks to the API; `plan.rs`
 //! decides with it and `controller.rs` carries the decision out.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::OnceLock};
 
 use k8s_openapi::{
     api::{
@@ -76,13 +76,14 @@ fn child_meta(app: &impl MyAppLike) -> ObjectMeta {
     }
 }
 
-/// A child as a MyApp asks for it, with its JSON form: the digest is taken of that, and
-/// [`Desired::is_applied_to`] compares it, so a reconcile converts each desired child once.
+/// A child as a MyApp asks for it, with its digest and, once asked for, its JSON form, which
+/// [`Desired::is_applied_to`] compares: a reconcile converts each desired child at most once,
+/// and one that finds no child to compare (a create) not at all.
 #[derive(Clone, Debug)]
 pub struct Desired<K> {
     object: K,
     /// `object` as JSON, digest annotation included, without `apiVersion` and `kind`.
-    json: Value,
+    json: OnceLock<Value>,
     /// The digest of the object as built, also in its applied-digest annotation.
     digest: String,
 }
@@ -91,11 +92,6 @@ impl<K> Desired<K> {
     /// The child.
     pub fn object(&self) -> &K {
         &self.object
-    }
-
-    /// `object` as JSON (digest annotation included, `apiVersion` and `kind` not).
-    pub fn json(&self) -> &Value {
-        &self.json
     }
 
     /// The digest of the object as built: what read-your-writes remembers of an apply.
@@ -107,6 +103,17 @@ impl<K> Desired<K> {
     pub fn into_object(self) -> K {
         self.object
     }
+}
+
+impl<K: serde::Serialize> Desired<K> {
+    /// `object` as JSON (digest annotation included, `apiVersion` and `kind` not).
+    pub fn json(&self) -> &Value {
+        self.json.get_or_init(|| {
+            let mut json = serde_json::to_value(&self.object).unwrap_or(Value::Null);
+            without_kind(&mut json);
+            json
+        })
+    }
 
     /// Whether `observed` already holds everything this would apply, so applying is a no-op.
     ///
@@ -117,8 +124,8 @@ impl<K> Desired<K> {
     pub fn is_applied_to<O: serde::Serialize>(&self, observed: &O) -> bool {
         // `json` is Null only if the child failed to serialize, and `contains` takes Null
         // as matching anything: that must not count as applied.
-        self.json.is_object()
-            && serde_json::to_value(observed).is_ok_and(|o| contains(&o, &self.json))
+        let json = self.json();
+        json.is_object() && serde_json::to_value(observed).is_ok_and(|o| contains(&o, json))
     }
 }
 
@@ -211,20 +218,10 @@ pub fn desired_service(app: &impl MyAppLike) -> Desired<Service> {
     })
 }
 
-/// Stamps the digest of the object's own content into its annotations, and into its JSON form.
+/// Stamps the digest of the object's own content into its annotations.
 fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> Desired<K> {
-    let mut json = serde_json::to_value(&object).unwrap_or(Value::Null);
     // Of the whole object as built, kind included: what every build has applied.
-    let digest = digest(&json);
-    without_kind(&mut json);
-    if let Some(Value::Object(meta)) = json.get_mut("metadata") {
-        let annotations = meta
-            .entry("annotations")
-            .or_insert_with(|| Value::Object(serde_json::Map::new()));
-        if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(APPLIED_DIGEST_ANNOTATION.into(), digest.clone().into());
-        }
-    }
+    let digest = digest(&object);
     object
         .meta_mut()
         .annotations
@@ -232,17 +229,19 @@ fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> Desired<K> {
         .insert(APPLIED_DIGEST_ANNOTATION.into(), digest.clone());
     Desired {
         object,
-        json,
+        json: OnceLock::new(),
         digest,
     }
 }
 
-/// FNV-1a over the canonical JSON text (serde_json maps are sorted): stable across builds and
-/// Rust versions, unlike `DefaultHasher`, so an upgrade does not rewrite every child.
-/// The text is hashed as it is written, never held: a reconcile digests both children.
-fn digest(value: &Value) -> String {
+/// FNV-1a over the canonical JSON text, keys sorted as serde_json's maps sort them: stable
+/// across builds and Rust versions, unlike `DefaultHasher`, so an upgrade does not rewrite
+/// every child. The children's types write their fields in that order themselves (a test
+/// holds every child the builders make to it), so a child is hashed as it serializes, with
+/// no `Value` built for it, and the text is never held.
+fn digest(value: &impl serde::Serialize) -> String {
     let mut hash = Fnv1a(0xcbf2_9ce4_8422_2325);
-    // Writing into a hasher cannot fail, and a `Value` always serializes.
+    // Writing into a hasher cannot fail, and the children's types always serialize.
     let _ = serde_json::to_writer(&mut hash, value);
     format!("{:016x}", hash.0)
 }
@@ -456,14 +455,46 @@ mod tests {
         for app in [app(), with_env(app(), &[("A", "1"), ("B", "")]), unscaled] {
             let desired = desired_deployment(&app);
             let json = serde_json::to_value(desired.object()).unwrap();
-            assert_eq!(desired.json, compared(json), "{:?}", app.spec);
+            assert_eq!(*desired.json(), compared(json), "{:?}", app.spec);
             assert!(desired.is_applied_to(&as_observed(desired.object())));
             let desired = desired_service(&app);
             let json = serde_json::to_value(desired.object()).unwrap();
-            assert_eq!(desired.json, compared(json), "{:?}", app.spec);
+            assert_eq!(*desired.json(), compared(json), "{:?}", app.spec);
         }
         let other = desired_deployment(&with_env(app(), &[("A", "2")]));
         assert!(!other.is_applied_to(&as_observed(&deployment(&app()))));
+    }
+
+    proptest::proptest! {
+        /// The digest hashes a child as its type serializes it; children applied by earlier
+        /// builds carry digests of the sorted text (`a_childs_digest_is_the_one_earlier_builds_
+        /// applied`), so every child the builders make must serialize sorted.
+        #[test]
+        fn every_desired_child_serializes_with_its_keys_sorted(
+            name in "[a-z][a-z0-9-]{0,20}",
+            replicas in proptest::option::of(0..5i32),
+            generation in proptest::option::of(1..100i64),
+            port in 1..65535i32,
+            env in proptest::collection::vec(("[A-Za-z_][A-Za-z0-9_.-]{0,12}", "[ -~]{0,8}"), 0..4),
+        ) {
+            let mut app = MyApp::test(&name)
+                .in_namespace("shop")
+                .replicas(replicas)
+                .port(port)
+                .stored();
+            if let Some(generation) = generation {
+                app = app.generation(generation);
+            }
+            let pairs: Vec<(&str, &str)> =
+                env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let app = with_env(app, &pairs);
+            let deployment = serde_json::to_string(desired_deployment(&app).object()).unwrap();
+            let sorted = serde_json::from_str::<Value>(&deployment).unwrap().to_string();
+            proptest::prop_assert_eq!(deployment, sorted);
+            let service = serde_json::to_string(desired_service(&app).object()).unwrap();
+            let sorted = serde_json::from_str::<Value>(&service).unwrap().to_string();
+            proptest::prop_assert_eq!(service, sorted);
+        }
     }
 
     #[test]
