@@ -79,8 +79,9 @@ pub struct Plan {
     pub deployment: Option<ChildApply<Deployment>>,
     /// Apply this Service.
     pub service: Option<ChildApply<Service>>,
-    /// Write this status.
-    pub status: Option<StatusWrite>,
+    /// Write this status (what a plan reads of it is remembered until the MyApp cache shows
+    /// it).
+    pub status: Option<MyAppStatus>,
     /// Publish this Event once the status is written.
     pub event: Option<PhaseEvent>,
     /// A child's write is held off this much longer: a fight over the Deployment, or a child
@@ -126,15 +127,6 @@ impl<K> ChildApply<K> {
             look_up_rivals: None,
         }
     }
-}
-
-/// A status to write.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StatusWrite {
-    /// The status; what a plan reads of it is remembered until the MyApp cache shows it.
-    pub status: MyAppStatus,
-    /// The apply patch of the status subresource that carries it.
-    pub patch: Value,
 }
 
 /// The Event reason for a MyApp entering `status`'s phase: what happened, in the CamelCase of
@@ -273,10 +265,7 @@ fn decide(app: &CachedMyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     if !reported.is_some_and(|r| r.is(&status)) {
         let before = reported.and_then(|r| r.phase);
         plan.event = phase_event(before, &status);
-        let patch = json!({
-            "apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {}, "status": status,
-        });
-        plan.status = Some(StatusWrite { status, patch });
+        plan.status = Some(status);
     }
     plan.settles = service == ChildState::Current
         && plan.held_off.is_none()
@@ -504,8 +493,8 @@ mod tests {
         if plan.service.is_some() {
             parts.push("apply Service".into());
         }
-        if let Some(write) = &plan.status {
-            parts.push(format!("status {:?}", write.status.phase.unwrap()));
+        if let Some(status) = &plan.status {
+            parts.push(format!("status {:?}", status.phase.unwrap()));
         }
         if let Some(event) = &plan.event {
             parts.push(format!("event {}", event.reason));

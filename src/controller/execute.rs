@@ -21,16 +21,16 @@ use super::{
     context::{Child, Context},
     events,
     verified::Versions,
-    write::{Landed, Precondition},
+    write::{Landed, Precondition, StatusPatch},
 };
 use crate::{
     Error,
     cache::{CachedDeployment, CachedMyApp, CachedService, ReportedStatus},
-    crd::MyApp,
+    crd::{MyApp, MyAppStatus},
     fight,
     metrics::ReconcileResult,
     packed::version_number,
-    plan::{self, ChildApply, Observed, StatusWrite},
+    plan::{self, ChildApply, Observed},
     resources::FIELD_MANAGER,
 };
 
@@ -375,11 +375,10 @@ async fn write_status(
     ctx: &Context,
     app: &CachedMyApp,
     key: &ObjectRef<CachedMyApp>,
-    write: StatusWrite,
+    status: MyAppStatus,
     at: Precondition,
 ) -> Result<Landed, Error> {
-    let StatusWrite { status, mut patch } = write;
-    at.stamp(&mut patch["metadata"]);
+    let patch = StatusPatch::new(&status, &at);
     let ours = PatchParams::apply(FIELD_MANAGER).force();
     let landed = ctx
         .writer

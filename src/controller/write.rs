@@ -1,7 +1,7 @@
 //! Each write of a reconcile: through the write gate, with a resourceVersion precondition,
 //! counted when the API server accepts it.
 
-use std::{sync::Arc, time::Duration};
+use std::{borrow::Cow, sync::Arc, time::Duration};
 
 use kube::{
     Client, Resource,
@@ -10,7 +10,13 @@ use kube::{
 };
 use tracing::debug;
 
-use crate::{cache::CachedMyApp, fence::Gate, metrics::Metrics, recent::RecentWrites};
+use crate::{
+    cache::CachedMyApp,
+    crd::{MyApp, MyAppStatus},
+    fence::Gate,
+    metrics::Metrics,
+    recent::RecentWrites,
+};
 
 /// What became of one planned write.
 #[derive(Debug)]
@@ -62,6 +68,36 @@ impl Precondition {
     /// Writes the expected version into an object to apply.
     pub(super) fn set_on<K: Resource>(&self, object: &mut K) {
         object.meta_mut().resource_version = self.expect.clone();
+    }
+}
+
+/// The apply patch of the status subresource: the status, and the version the write expects
+/// (see [`Precondition`]), serialized as it is sent.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct StatusPatch<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: Cow<'static, str>,
+    kind: Cow<'static, str>,
+    metadata: PatchMeta<'a>,
+    status: &'a MyAppStatus,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PatchMeta<'a> {
+    #[serde(rename = "resourceVersion", skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a str>,
+}
+
+impl<'a> StatusPatch<'a> {
+    pub(super) fn new(status: &'a MyAppStatus, at: &'a Precondition) -> Self {
+        Self {
+            api_version: MyApp::api_version(&()),
+            kind: MyApp::kind(&()),
+            metadata: PatchMeta {
+                resource_version: at.expect.as_deref(),
+            },
+            status,
+        }
     }
 }
 
@@ -213,7 +249,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn only_a_404_naming_the_myapp_means_it_was_deleted_meanwhile() {
@@ -278,5 +314,27 @@ mod tests {
         );
         cached.stamp(&mut metadata);
         assert_eq!(metadata, json!({"name": "web", "resourceVersion": "9"}));
+    }
+
+    #[test]
+    fn a_status_patch_carries_the_expected_version_and_the_status_alone() {
+        let status = MyAppStatus {
+            available_replicas: Some(2),
+            ..MyAppStatus::default()
+        };
+        let expected = |version: Option<Value>| {
+            let mut metadata = serde_json::Map::new();
+            if let Some(version) = version {
+                metadata.insert("resourceVersion".into(), version);
+            }
+            json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": metadata,
+                "status": serde_json::to_value(&status).unwrap()})
+        };
+        let cached = Precondition::of::<()>(Some("9"), None);
+        let patch = serde_json::to_value(StatusPatch::new(&status, &cached)).unwrap();
+        assert_eq!(patch, expected(Some(json!("9"))));
+        let create = Precondition::of::<()>(None, None);
+        let patch = serde_json::to_value(StatusPatch::new(&status, &create)).unwrap();
+        assert_eq!(patch, expected(None), "no version expected, none sent");
     }
 }
