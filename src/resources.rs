@@ -236,9 +236,10 @@ fn with_digest<K: Resource + serde::Serialize>(mut object: K) -> Desired<K> {
 
 /// FNV-1a over the canonical JSON text, keys sorted as serde_json's maps sort them: stable
 /// across builds and Rust versions, unlike `DefaultHasher`, so an upgrade does not rewrite
-/// every child. The children's types write their fields in that order themselves (a test
-/// holds every child the builders make to it), so a child is hashed as it serializes, with
-/// no `Value` built for it, and the text is never held.
+/// every child. The children's types write their fields in that order themselves
+/// (`tests::every_desired_child_serializes_with_its_keys_sorted` holds every child the builders
+/// make to it), so a child is hashed as it serializes, with no `Value` built for it, and the
+/// text is never held.
 fn digest(value: &impl serde::Serialize) -> String {
     let mut hash = Fnv1a(0xcbf2_9ce4_8422_2325);
     // Writing into a hasher cannot fail, and the children's types always serialize.
