@@ -2,6 +2,8 @@
 //! observed child already holds what we would apply. Nothing here talks to the API; `plan.rs`
 //! decides with it and `controller.rs` carries the decision out.
 
+mod contains;
+
 use std::{collections::BTreeMap, sync::OnceLock};
 
 use k8s_openapi::{
@@ -125,7 +127,7 @@ impl<K: serde::Serialize> Desired<K> {
         // `json` is Null only if the child failed to serialize, and `contains` takes Null
         // as matching anything: that must not count as applied.
         let json = self.json();
-        json.is_object() && serde_json::to_value(observed).is_ok_and(|o| contains(&o, json))
+        json.is_object() && contains::serialized_contains(observed, json)
     }
 }
 
@@ -269,19 +271,6 @@ fn without_kind(desired: &mut Value) {
     if let Some(fields) = desired.as_object_mut() {
         fields.remove("apiVersion");
         fields.remove("kind");
-    }
-}
-
-fn contains(observed: &Value, desired: &Value) -> bool {
-    match (observed, desired) {
-        (_, Value::Null) => true,
-        (Value::Object(o), Value::Object(d)) => d
-            .iter()
-            .all(|(k, dv)| o.get(k).is_some_and(|ov| contains(ov, dv)) || dv.is_null()),
-        (Value::Array(o), Value::Array(d)) => {
-            d.iter().all(|dv| o.iter().any(|ov| contains(ov, dv)))
-        }
-        (o, d) => o == d,
     }
 }
 
