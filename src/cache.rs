@@ -229,7 +229,15 @@ impl CachedDeployment {
     /// What an apply of ours sets on it (see `resources::child_meta`): name, namespace, labels,
     /// annotations, owner references and spec. Not its status, nor what the server sets.
     pub fn applied_part(&self) -> impl Serialize + '_ {
-        applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
+        let metadata = &self.metadata;
+        (
+            &metadata.name,
+            &metadata.namespace,
+            &self.labels,
+            &self.annotations,
+            &metadata.owner_references,
+            &self.spec,
+        )
     }
 }
 
@@ -365,31 +373,6 @@ impl<'de> Deserialize<'de> for CachedService {
             spec: wire.spec,
         })
     }
-}
-
-impl CachedService {
-    /// What an apply of ours sets on it: see [`CachedDeployment::applied_part`].
-    pub fn applied_part(&self) -> impl Serialize + '_ {
-        applied_part(&self.metadata, &self.labels, &self.annotations, &self.spec)
-    }
-}
-
-/// A cached child's metadata that an apply of ours sets, and its spec.
-fn applied_part<'a, S: Serialize>(
-    metadata: &'a ObjectMeta,
-    labels: &'a Labels,
-    annotations: &'a Labels,
-    spec: &'a S,
-) -> impl Serialize + 'a {
-    let owners = &metadata.owner_references;
-    (
-        &metadata.name,
-        &metadata.namespace,
-        labels,
-        annotations,
-        owners,
-        spec,
-    )
 }
 
 impl Serialize for CachedService {

@@ -154,14 +154,25 @@ fn decode(encoded: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A resourceVersion as a number: itself when it is a decimal integer (as every API server's
-/// is), else a hash of its text. Only equality is asked of it.
+/// A resourceVersion as a number: itself when it is a decimal integer below 2^63 written
+/// without a sign or leading zeros (as every API server's is), else a hash of its text with
+/// the top bit set, so that the two kinds never meet and [`version_text`] gives a number's text
+/// back. Only equality is asked of it.
 pub fn version_number(version: &str) -> u64 {
-    version.parse().unwrap_or_else(|_| {
-        let mut hasher = std::hash::DefaultHasher::new();
-        std::hash::Hash::hash(version, &mut hasher);
-        std::hash::Hasher::finish(&hasher) | 1 << 63
-    })
+    let plain = version.bytes().all(|b| b.is_ascii_digit()) && !version.starts_with('0');
+    match version.parse::<u64>() {
+        Ok(number) if number < 1 << 63 && (plain || version == "0") => number,
+        _ => {
+            let mut hasher = std::hash::DefaultHasher::new();
+            std::hash::Hash::hash(version, &mut hasher);
+            std::hash::Hasher::finish(&hasher) | 1 << 63
+        }
+    }
+}
+
+/// The resourceVersion that [`version_number`] made `number` of, if it was a number.
+pub fn version_text(number: u64) -> Option<String> {
+    (number < 1 << 63).then(|| number.to_string())
 }
 
 /// The reading half of a cache of `K`s.
@@ -340,6 +351,14 @@ mod tests {
     #[test]
     fn versions_that_are_not_numbers_are_compared_by_their_text() {
         assert_eq!(version_number("42"), 42);
+        assert_eq!(version_text(version_number("42")).as_deref(), Some("42"));
+        assert_eq!(version_text(version_number("0")).as_deref(), Some("0"));
+        for not_plain in ["007", "+7", "abc", "", "18446744073709551615"] {
+            let number = version_number(not_plain);
+            assert_eq!(version_text(number), None, "{not_plain}");
+        }
+        assert_ne!(version_number("007"), version_number("7"));
+        assert_ne!(version_number("+7"), version_number("7"));
         assert_eq!(version_number("abc"), version_number("abc"));
         assert_ne!(version_number("abc"), version_number("abd"));
         assert_ne!(version_number("abc"), version_number("0"));

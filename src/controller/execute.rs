@@ -29,7 +29,7 @@ use crate::{
     crd::{MyApp, MyAppStatus},
     fight,
     metrics::ReconcileResult,
-    packed::version_number,
+    packed::{version_number, version_text},
     plan::{self, ChildApply, Observed},
     resources::FIELD_MANAGER,
 };
@@ -97,27 +97,32 @@ async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Err
         return Ok(Outcome::default());
     }
     let deployment = ctx.deployments.get(namespace, &key.name);
-    let service = ctx.services.get(namespace, &key.name);
+    // A Service found holding at the version cached now is not read: the plan asks nothing
+    // else of it (`verified`), and that version's text is all the memories of our writes ask.
+    let holding = versions
+        .service
+        .filter(|_| ctx.verified.holds(&key, versions, Child::Service))
+        .and_then(version_text);
+    let service = ServiceSeen {
+        read: match holding {
+            Some(_) => None,
+            None => ctx.services.get(namespace, &key.name),
+        },
+        holding,
+    };
     // As read with the children themselves: a watch event may have come in between.
     let versions = Versions {
         deployment: version(deployment.as_ref()).map(version_number),
-        service: version(service.as_ref()).map(version_number),
+        service: match service.holding {
+            Some(_) => versions.service,
+            None => version(service.read.as_ref()).map(version_number),
+        },
         deployment_shape: deployment
             .as_ref()
             .and_then(|d| ctx.verified.shape(&d.applied_part())),
-        service_shape: service
-            .as_ref()
-            .and_then(|s| ctx.verified.shape(&s.applied_part())),
         ..versions
     };
-    let seen = Seen::gather(
-        ctx,
-        app,
-        &key,
-        versions,
-        deployment.as_ref(),
-        service.as_ref(),
-    );
+    let seen = Seen::gather(ctx, app, &key, versions, deployment.as_ref(), &service);
     if ctx
         .apps
         .get(&key)
@@ -213,6 +218,13 @@ async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Err
     Ok(outcome)
 }
 
+/// A MyApp's Service as a reconcile has it: read from the cache, or found holding what the
+/// MyApp asks at the version cached (its text here) and left unread.
+struct ServiceSeen {
+    read: Option<CachedService>,
+    holding: Option<String>,
+}
+
 /// What the caches and the memories of our writes say of one MyApp, and the version each of
 /// its writes must find on the server.
 struct Seen<'a> {
@@ -229,21 +241,26 @@ impl<'a> Seen<'a> {
         key: &ObjectRef<CachedMyApp>,
         versions: Versions,
         deployment: Option<&'a CachedDeployment>,
-        service: Option<&'a CachedService>,
+        service: &'a ServiceSeen,
     ) -> Self {
+        let service_holding = service.holding.is_some();
+        let (service, service_version) = match service.holding.as_deref() {
+            Some(held) => (None, Some(held)),
+            None => (service.read.as_ref(), version(service.read.as_ref())),
+        };
         // Asked first, always: a lookup that finds the cache caught up ends the entry.
         let unseen_deployment = ctx
             .applied
             .unseen_at(&(key.clone(), Child::Deployment), version(deployment));
         let unseen_service = ctx
             .applied
-            .unseen_at(&(key.clone(), Child::Service), version(service));
+            .unseen_at(&(key.clone(), Child::Service), service_version);
         let app_version = app.resource_version();
         let unseen_status = ctx.reported.unseen_at(key, app_version.as_deref());
         let (generation, now) = (app.metadata.generation, Instant::now());
         Seen {
             deployment: Precondition::of(version(deployment), unseen_deployment.as_ref()),
-            service: Precondition::of(version(service), unseen_service.as_ref()),
+            service: Precondition::of(service_version, unseen_service.as_ref()),
             status: Precondition::of(app_version.as_deref(), unseen_status.as_ref()),
             observed: Observed {
                 deployment,
@@ -257,7 +274,8 @@ impl<'a> Seen<'a> {
                 deployment_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Deployment)),
                 service_deleted: ctx.deleted.elapsed(&(key.clone(), Child::Service)),
                 deployment_holds: ctx.verified.holds(key, versions, Child::Deployment),
-                service_holds: ctx.verified.holds(key, versions, Child::Service),
+                // Held as when it was left unread, whatever the memory says now.
+                service_holds: service_holding || ctx.verified.holds(key, versions, Child::Service),
             },
         }
     }

@@ -12,7 +12,10 @@
 //! the child in one shape was found to hold everything the MyApp at version A asks for, any
 //! version of it in the same shape does too, for as long as the MyApp stays at A. The hash's
 //! key is drawn per process, so that nobody who can edit a child can make another shape pass
-//! for the one found holding. Versions are compared for equality only.
+//! for the one found holding. A Service is remembered by its version instead: nothing but
+//! writes to what an apply sets changes it (its status only for a load balancer), so a
+//! reconcile that finds it holding at the version cached now need not even read it. Versions
+//! are compared for equality only.
 //!
 //! A plan is settled when it finds nothing to write and nothing to wait for, with no write of
 //! ours outstanding and a status that time alone cannot change (`plan::Plan::settles`). The
@@ -51,37 +54,38 @@ struct Entry {
     app: u64,
     /// The Deployment's shape found holding.
     deployment: Option<u64>,
-    /// The Service's shape found holding.
+    /// The Service's version found holding.
     service: Option<u64>,
     /// The Deployment's and the Service's versions, when settled.
     settled: Option<(u64, u64)>,
 }
 
 /// What one reconcile saw: the versions, each as `packed::version_number` gives it, and the
-/// children's shapes ([`Verified::shape`]) once they were read.
+/// Deployment's shape ([`Verified::shape`]) once it was read.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct Versions {
     pub app: Option<u64>,
     pub deployment: Option<u64>,
     pub service: Option<u64>,
     pub deployment_shape: Option<u64>,
-    pub service_shape: Option<u64>,
 }
 
 impl Versions {
-    fn shape(&self, child: Child) -> Option<u64> {
+    /// What the memory of `child` found holding is kept by: the Deployment's shape, the
+    /// Service's version.
+    fn found(&self, child: Child) -> Option<u64> {
         match child {
             Child::Deployment => self.deployment_shape,
-            Child::Service => self.service_shape,
+            Child::Service => self.service,
         }
     }
 }
 
 impl Verified {
-    /// A child's shape: a hash, keyed per process, of the part of it that an apply of ours
-    /// sets (`CachedDeployment::applied_part`, `CachedService::applied_part`).
-    /// None if it cannot be serialized (the cached types always can: every map key is a
-    /// string); such a child is compared every time.
+    /// A Deployment's shape: a hash, keyed per process, of the part of it that an apply of
+    /// ours sets (`CachedDeployment::applied_part`). None if it cannot be serialized (the
+    /// cached type always can: every map key is a string); such a Deployment is compared every
+    /// time.
     pub(super) fn shape(&self, applied_part: &impl serde::Serialize) -> Option<u64> {
         // Hashed as one slice: SipHash pays a partial block per write, and a serializer
         // writes many short pieces.
@@ -89,20 +93,21 @@ impl Verified {
         Some(self.hasher.hash_one(json))
     }
 
-    /// Whether `child`, in its shape in `seen`, was found to hold what the MyApp `key` at its
-    /// version asks of it.
+    /// Whether `child`, in its shape (a Deployment) or at its version (a Service) in `seen`,
+    /// was found to hold what the MyApp `key` at its version asks of it.
     pub(super) fn holds(&self, key: &ObjectRef<CachedMyApp>, seen: Versions, child: Child) -> bool {
-        let (Some(app), Some(found)) = (seen.app, seen.shape(child)) else {
+        let (Some(app), Some(found)) = (seen.app, seen.found(child)) else {
             return false;
         };
         let entry = self.lock().get(&self.key(key)).copied();
         entry.is_some_and(|e| e.app == app && *e.child(child) == Some(found))
     }
 
-    /// Notes that `child`, in its shape in `seen`, holds what the MyApp `key` at its version
-    /// asks of it. A note for another MyApp version replaces the entry.
+    /// Notes that `child`, in its shape (a Deployment) or at its version (a Service) in `seen`,
+    /// holds what the MyApp `key` at its version asks of it. A note for another MyApp version
+    /// replaces the entry.
     pub(super) fn note(&self, key: &ObjectRef<CachedMyApp>, seen: Versions, child: Child) {
-        let (Some(app), Some(found)) = (seen.app, seen.shape(child)) else {
+        let (Some(app), Some(found)) = (seen.app, seen.found(child)) else {
             return;
         };
         let mut entries = self.lock();
@@ -145,7 +150,7 @@ impl Verified {
         let entry = Entry {
             app,
             deployment: seen.deployment_shape,
-            service: seen.service_shape,
+            service: seen.service,
             settled: Some((deployment, service)),
         };
         self.lock().insert(self.key(key), entry);
@@ -208,14 +213,13 @@ mod tests {
     use super::*;
     use crate::crd::MyApp;
 
-    /// Children whose versions are their shapes: each version in another shape.
+    /// A Deployment whose version is its shape: each version in another shape.
     fn seen(app: u64, deployment: u64, service: u64) -> Versions {
         Versions {
             app: Some(app),
             deployment: Some(deployment),
             service: Some(service),
             deployment_shape: Some(deployment),
-            service_shape: Some(service),
         }
     }
 
@@ -250,20 +254,25 @@ mod tests {
         );
         assert!(holds(12, Child::Service, 31));
 
+        assert!(
+            !verified.holds(&key, seen(12, 0, 32), Child::Service),
+            "a Service is kept by its version: another version is compared again"
+        );
+        verified.note(&key, seen(12, 40, 31), Child::Deployment);
         let status_only = Versions {
-            service: Some(32),
-            ..seen(12, 0, 31)
+            deployment: Some(41),
+            ..seen(12, 40, 31)
         };
         assert!(
-            verified.holds(&key, status_only, Child::Service),
-            "a new version in the same shape holds"
+            verified.holds(&key, status_only, Child::Deployment),
+            "a Deployment's new version in the same shape holds"
         );
         let unread = Versions {
-            service_shape: None,
-            ..seen(12, 0, 31)
+            deployment_shape: None,
+            ..seen(12, 40, 31)
         };
         assert!(
-            !verified.holds(&key, unread, Child::Service),
+            !verified.holds(&key, unread, Child::Deployment),
             "no shape, no memory"
         );
 
@@ -274,7 +283,7 @@ mod tests {
     #[test]
     fn a_shape_covers_what_an_apply_sets_and_not_the_status_or_the_version() {
         use crate::{
-            cache::{CachedDeployment, CachedService, cached},
+            cache::{CachedDeployment, cached},
             resources,
         };
         use k8s_openapi::api::apps::v1::DeploymentStatus;
@@ -334,8 +343,6 @@ mod tests {
             edit(&mut edited);
             assert_ne!(shape(&edited), at_5, "edit {n}");
         }
-        let service = cached::<_, CachedService>(service.object());
-        assert_ne!(verified.shape(&service.applied_part()), Some(at_5));
     }
 
     #[test]

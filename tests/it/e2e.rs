@@ -298,6 +298,48 @@ async fn a_deleted_child_comes_back_and_deleting_the_myapp_collects_both() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_changed_by_someone_else_after_it_held_is_put_back() {
+    // Once found holding, a Service is remembered by its version and not read again while
+    // that version stays: any change of it, by anyone, is a new version and is compared.
+    let (env, _dir) = environment(&[]).await;
+    let operator = start_operator(&env, "solo", false, Duration::from_secs(300)).await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let services = Api::<Service>::namespaced(client.clone(), NS);
+    apps.create(&PostParams::default(), &app("web", Some(1)))
+        .await
+        .unwrap();
+    converged(&apps, "web", Phase::Running).await;
+    let ports = |s: &Service| -> Vec<i32> {
+        let ports = s.spec.as_ref().unwrap().ports.as_ref().unwrap();
+        ports.iter().map(|p| p.port).collect()
+    };
+    assert_eq!(ports(&services.get("web").await.unwrap()), [8080]);
+
+    for round in 0..2 {
+        let edited = services
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"ports": [
+                    {"name": "http", "port": 9090 + round, "targetPort": "http"}
+                ]}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ports(&edited), [9090 + round]);
+        // The operator applies its own port again; the other writer's stays theirs.
+        eventually("the Service's port is put back", || async {
+            let service = services.get("web").await.ok()?;
+            (ports(&service) == [9090 + round, 8080]).then_some(())
+        })
+        .await;
+    }
+    operator.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_rollout_turns_the_app_degraded() {
     let (env, _dir) = environment(&[]).await;
     env.sandbox.rollouts().set_failing(true);
