@@ -120,6 +120,12 @@ impl<'d> ser::Serializer for Walk<'d> {
     fn serialize_u64(self, v: u64) -> Result<bool, Unwalked> {
         self.scalar(v)
     }
+    fn serialize_i128(self, _: i128) -> Result<bool, Unwalked> {
+        Err(Unwalked::Shape)
+    }
+    fn serialize_u128(self, _: u128) -> Result<bool, Unwalked> {
+        Err(Unwalked::Shape)
+    }
     fn serialize_f32(self, v: f32) -> Result<bool, Unwalked> {
         self.scalar(v)
     }
@@ -430,6 +436,12 @@ impl<'d> ser::Serializer for Key<'d> {
     fn serialize_u64(self, _: u64) -> Result<Self::Ok, Unwalked> {
         Err(Unwalked::Shape)
     }
+    fn serialize_i128(self, _: i128) -> Result<Self::Ok, Unwalked> {
+        Err(Unwalked::Shape)
+    }
+    fn serialize_u128(self, _: u128) -> Result<Self::Ok, Unwalked> {
+        Err(Unwalked::Shape)
+    }
     fn serialize_f32(self, _: f32) -> Result<Self::Ok, Unwalked> {
         Err(Unwalked::Shape)
     }
@@ -624,6 +636,8 @@ mod tests {
             &Shape::Pair(1, 2),
             &json!({"Pair": [3]})
         ));
+        assert!(serialized_contains(&7i128, &json!(7)));
+        assert!(!serialized_contains(&7u128, &json!(8)));
         let many: Vec<i32> = (0..70).collect();
         assert!(serialized_contains(
             &many,
