@@ -316,13 +316,15 @@ async fn a_service_changed_by_someone_else_after_it_held_is_put_back() {
     };
     assert_eq!(ports(&services.get("web").await.unwrap()), [8080]);
 
+    // Another writer replaces the ports with one of its own, named apart from ours (a
+    // Service's port names must differ), twice.
     for round in 0..2 {
         let edited = services
             .patch(
                 "web",
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"ports": [
-                    {"name": "http", "port": 9090 + round, "targetPort": "http"}
+                    {"name": "other", "port": 9090 + round, "targetPort": 9090}
                 ]}})),
             )
             .await
