@@ -13,7 +13,7 @@ use kube::{
 };
 use tracing::warn;
 
-use super::context::Context;
+use super::{context::Context, write};
 use crate::{fence::Gate, plan::PhaseEvent};
 
 /// The Event telling a phase change.
@@ -90,7 +90,7 @@ async fn publish(
     regarding: &ObjectReference,
 ) {
     if let Err(error) = create(client, gate, &k8s_event(&reporter, event, regarding)).await {
-        if matches!(&error, kube::Error::Service(e) if e.is::<crate::fence::Fenced>()) {
+        if write::fenced(&error) {
             gate.dropped_event();
         } else {
             warn!(%error, "Failed to publish Event");
@@ -133,21 +133,16 @@ fn k8s_event(reporter: &Reporter, event: &Event, regarding: &ObjectReference) ->
     }
 }
 
-/// POSTs `event` to its namespace once `gate` lets it through; the answer's status is checked,
-/// its body not parsed. A write the gate refuses fails with [`crate::fence::Fenced`] inside
-/// `kube::Error::Service`.
+/// POSTs `event` to its namespace once `gate` lets it through (`write::through_gate`); the
+/// answer's status is checked, its body not parsed.
 async fn create(client: &Client, gate: &Gate, event: &K8sEvent) -> Result<(), kube::Error> {
     // Events go where their object is; kube's `Recorder` uses "default" for a cluster-scoped one.
     let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
     let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
-    let mut request = kube::core::Request::new(K8sEvent::url_path(&(), Some(namespace)))
+    let request = kube::core::Request::new(K8sEvent::url_path(&(), Some(namespace)))
         .create(&PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
-    // The span name kube's client gives its own calls.
-    request.extensions_mut().insert("create");
-    // Last thing before the send: nothing but the transport lies between the check and it.
-    gate.check()
-        .map_err(|fenced| kube::Error::Service(Box::new(fenced)))?;
+    let request = write::through_gate(gate, request, "create")?;
     client.request_text(request).await.map(drop)
 }
 
