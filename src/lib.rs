@@ -48,6 +48,8 @@ mod recent;
 pub mod resources;
 /// `run`: one process, webhook and admin servers on every replica, ordered shutdown.
 pub mod run;
+/// Sharding's ring and membership: which live shard reconciles which MyApp.
+pub mod shard;
 /// A MyApp's phase and conditions from its observed Deployment.
 pub mod status;
 /// Logging setup.
