@@ -24,11 +24,12 @@ use std::{
 };
 
 use crate::{
-    crd::{CONDITION_TYPES, MyApp, MyAppSpec, MyAppStatus, Phase},
+    crd::{CONDITION_TYPES, MyApp, MyAppLike, MyAppSpec, MyAppStatus, Phase},
     resources::{
         APP_NAME, APPLIED_DIGEST_ANNOTATION, FIELD_MANAGER, GENERATION_ANNOTATION, PORT_NAME,
         REPLICAS_ANNOTATION,
     },
+    shard::{DRAIN_LABEL, SHARD_LABEL},
 };
 
 /// A string read from the API. The ones the operator writes on every child (label keys and
@@ -386,10 +387,10 @@ impl Serialize for CachedService {
     }
 }
 
-/// A MyApp as its watch cache keeps it: without what nothing reads (`managedFields`, labels and
-/// annotations, which `kubectl apply` fills with a whole copy of the object; all skipped while
-/// parsing, not built and then dropped), and with its status reduced to what the controller
-/// reads of it ([`ReportedStatus`]).
+/// A MyApp as its watch cache keeps it: without what nothing reads (`managedFields`, labels
+/// and annotations, which `kubectl apply` fills with a whole copy of the object; all skipped
+/// while parsing, not built and then dropped) but its sharding labels, and with its status
+/// reduced to what the controller reads of it ([`ReportedStatus`]).
 #[derive(Resource, Clone, Debug, PartialEq)]
 #[resource(inherit = MyApp)]
 pub struct CachedMyApp {
@@ -397,6 +398,16 @@ pub struct CachedMyApp {
     pub metadata: ObjectMeta,
     pub spec: MyAppSpec,
     pub status: Option<ReportedStatus>,
+    /// Its [`SHARD_LABEL`]: the shard that reconciles it, when sharding is on.
+    pub shard: Option<Box<str>>,
+    /// Whether it carries [`DRAIN_LABEL`]: its shard is asked to let it go.
+    pub draining: bool,
+}
+
+impl MyAppLike for CachedMyApp {
+    fn shard(&self) -> Option<&str> {
+        self.shard.as_deref()
+    }
 }
 
 impl HasSpec for CachedMyApp {
@@ -413,18 +424,79 @@ impl<'de> Deserialize<'de> for CachedMyApp {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Wire {
-            metadata: WireMeta<serde::de::IgnoredAny>,
+            metadata: WireMeta<ShardLabels>,
             spec: MyAppSpec,
             #[serde(default)]
             status: Option<MyAppStatus>,
         }
         let wire = Wire::deserialize(deserializer)?;
-        let (metadata, _labels, _annotations) = wire.metadata.split();
+        let (metadata, labels, _annotations) = wire.metadata.split();
+        let labels = labels.unwrap_or_default();
         Ok(Self {
             metadata,
             spec: wire.spec,
             status: wire.status.as_ref().map(ReportedStatus::of),
+            shard: labels.shard.filter(|shard| !shard.is_empty()),
+            draining: labels.draining,
         })
+    }
+}
+
+/// What a MyApp's cache keeps of its labels: those that say which shard reconciles it. The
+/// others are skipped as they are read, their keys compared without being copied.
+#[derive(Default)]
+struct ShardLabels {
+    shard: Option<Box<str>>,
+    draining: bool,
+}
+
+impl<'de> Deserialize<'de> for ShardLabels {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Key(Option<&'static str>);
+        impl<'de> Deserialize<'de> for Key {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Kept;
+                impl serde::de::Visitor<'_> for Kept {
+                    type Value = Key;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a label key")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Key, E> {
+                        Ok(Key([SHARD_LABEL, DRAIN_LABEL]
+                            .into_iter()
+                            .find(|k| *k == key)))
+                    }
+                }
+                deserializer.deserialize_str(Kept)
+            }
+        }
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = ShardLabels;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of strings to strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ShardLabels, A::Error> {
+                let mut kept = ShardLabels::default();
+                while let Some(Key(key)) = map.next_key()? {
+                    match key {
+                        Some(SHARD_LABEL) => kept.shard = Some(map.next_value::<String>()?.into()),
+                        Some(_) => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            kept.draining = true;
+                        }
+                        None => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(kept)
+            }
+        }
+        deserializer.deserialize_map(Pairs)
     }
 }
 

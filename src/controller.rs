@@ -15,7 +15,10 @@ mod verified;
 mod watches;
 mod write;
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 
 use futures::{Future, StreamExt, TryStreamExt, future};
 use kube::{
@@ -39,6 +42,7 @@ use crate::{
     plan::{PENDING_GRACE, RECREATE_HOLD},
     recent::{RecentWrites, Waiting},
     resources::FIELD_MANAGER,
+    shard::SHARD_LABEL,
 };
 use context::{Child, Context, Failures, Listed, PUBLISH_AT_STOP, RECENT_WRITES_TTL};
 use watches::{
@@ -77,10 +81,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ready: impl FnOnce() + Send + 'static,
 ) {
-    let watch_config = watcher::Config::default().page_size(config.page_size);
-    let children_config = watch_config
-        .clone()
-        .labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let mut watch_config = watcher::Config::default().page_size(config.page_size);
+    let mut children = format!("app.kubernetes.io/managed-by={FIELD_MANAGER}");
+    if let Some(shard) = &config.shard {
+        watch_config = watch_config.labels(&format!("{SHARD_LABEL}={shard}"));
+        children = format!("{children},{SHARD_LABEL}={shard}");
+    }
+    let children_config = watch_config.clone().labels(&children);
 
     // A relist updates each cache in place and drops at its end (`InitDone`) what the list did
     // not hold (`reflect_in_place`, `packed.rs`). Reconciles its pages trigger run before that end,
@@ -98,19 +105,35 @@ pub async fn run(
     let failures = Arc::new(Failures::default());
     let verified = Arc::new(verified::Verified::default());
     let crd = crd_missing::CrdPresence::new(metrics.clone());
+    // A MyApp the sharder hands to this shard enters its watch as a change like any other, and
+    // one whose status reports its generation triggers nothing by itself: that the cache does
+    // not hold it yet is what says it is new here.
+    let entering = Arc::new(AtomicBool::new(false));
+    let mut note_entering = config
+        .shard
+        .is_some()
+        .then(|| watches::note_entering(apps.clone(), entering.clone()));
     let app_events = watcher(Api::<CachedMyApp>::all(client.clone()), watch_config)
         .inspect({
             let crd = crd.clone();
             move |item| crd.observe(item)
         })
         .backoff(crd_missing::QuietBackoff::new(crd))
+        .inspect_ok(move |event| {
+            if let Some(note) = &mut note_entering {
+                note(event);
+            }
+        })
         .inspect_ok(reflect_in_place(apps_writer))
         .inspect_ok(count_orphans(&applied, &metrics))
         .inspect_ok(on_list_done(&listed, &apps_listed))
         .inspect_ok(forget_seen_status(&reported))
         .inspect_ok(failures.forget_deleted(apps.clone()))
         .inspect_ok(verified.forget_deleted(apps.clone()))
-        .try_filter(|event| future::ready(needs_reconcile(event)))
+        .try_filter(move |event| {
+            let entering = entering.swap(false, Ordering::Relaxed);
+            future::ready(entering || needs_reconcile(event))
+        })
         .applied_objects()
         .inspect_ok(queue_self(&queue));
 

@@ -51,6 +51,9 @@ pub enum Error {
     /// Writing `.status` of the MyApp failed.
     #[error("failed to patch MyApp status: {0}")]
     PatchStatus(#[source] kube::Error),
+    /// Removing the shard labels of a MyApp the sharder drains failed.
+    #[error("failed to let go of the MyApp for another shard: {0}")]
+    ReleaseShard(#[source] kube::Error),
     /// The MyApp has no namespace (it is a namespaced kind, so the API never sends one without).
     #[error("MyApp {0} has no namespace")]
     MissingNamespace(String),

@@ -42,6 +42,15 @@ impl MyApp {
         self
     }
 
+    /// With the label `key`=`value`.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        self
+    }
+
     /// With `spec.replicas` (`None`: left to an autoscaler).
     pub fn replicas(mut self, replicas: Option<i32>) -> Self {
         self.spec.replicas = replicas;

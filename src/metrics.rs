@@ -76,7 +76,13 @@ pub struct ResultLabels {
 }
 
 /// The write targets of `myapp_reconcile_writes_total`.
-pub const WRITE_TARGETS: [&str; 4] = ["deployment", "service", "status", "replicas_handoff"];
+pub const WRITE_TARGETS: [&str; 5] = [
+    "deployment",
+    "service",
+    "status",
+    "replicas_handoff",
+    "shard_release",
+];
 
 /// Kind of write a reconcile made.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

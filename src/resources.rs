@@ -22,7 +22,7 @@ use k8s_openapi::{
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use crate::crd::MyAppLike;
+use crate::{crd::MyAppLike, shard::SHARD_LABEL};
 
 /// The field manager of every write the operator makes (server-side apply).
 pub const FIELD_MANAGER: &str = "myapp-operator";
@@ -68,11 +68,18 @@ pub fn selector_string(app: &impl MyAppLike) -> String {
         .join(",")
 }
 
+/// A child's metadata. Beside the labels every child carries, it carries its MyApp's shard,
+/// so that the shard's label-selected watches see it; its pods do not (their template's labels
+/// are [`labels`]), so moving a MyApp between shards restarts nothing.
 fn child_meta(app: &impl MyAppLike) -> ObjectMeta {
+    let mut labels = labels(app);
+    if let Some(shard) = app.shard() {
+        labels.insert(SHARD_LABEL.into(), shard.into());
+    }
     ObjectMeta {
         name: Some(app.name_any()),
         namespace: app.namespace(),
-        labels: Some(labels(app)),
+        labels: Some(labels),
         owner_references: app.controller_owner_ref(&()).map(|owner| vec![owner]),
         ..ObjectMeta::default()
     }

@@ -54,6 +54,10 @@ pub struct Config {
     pub page_size: u32,
     /// Name of this replica for Events (the pod name in a cluster).
     pub instance: Option<String>,
+    /// The shard this controller reconciles, when sharding is on: it watches only the MyApps
+    /// and children whose [`crate::shard::SHARD_LABEL`] names it, and lets go of a MyApp the
+    /// sharder drains. Without one it reconciles every MyApp.
+    pub shard: Option<String>,
 }
 
 impl Default for Config {
@@ -66,6 +70,7 @@ impl Default for Config {
             backoff_cap: Duration::from_secs(300),
             page_size: 250,
             instance: None,
+            shard: None,
         }
     }
 }

@@ -79,11 +79,37 @@ pub(super) async fn reconcile(app: Arc<CachedMyApp>, ctx: Arc<Context>) -> Resul
         .map_or_else(Action::await_change, Action::requeue))
 }
 
+/// The sharder moves `app` to another shard: nothing more is written for it here. The
+/// controller runs one reconcile of a MyApp at a time, so when this one runs nothing else of
+/// ours is in flight for it, and once the labels are gone the next shard may take it.
+async fn let_go(
+    app: &CachedMyApp,
+    key: &ObjectRef<CachedMyApp>,
+    ctx: &Context,
+) -> Result<Outcome, Error> {
+    let version = app.meta().resource_version.as_deref();
+    match ctx.writer.let_go(key, version).await {
+        Ok(()) => {
+            info!(name = %key.name, namespace = ?key.namespace, "Let go of the MyApp for another shard");
+            Ok(Outcome {
+                writes: 1,
+                recheck: None,
+            })
+        }
+        // Changed since cached: its watch event triggers a reconcile at the new version.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Outcome::default()),
+        Err(error) => Err(Error::ReleaseShard(error)),
+    }
+}
+
 /// One pass: gather what the caches know, let [`plan::plan`] decide, carry the plan out.
 async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Error> {
     let key = ObjectRef::from_obj(app);
     let namespace = key.namespace.as_deref();
     let namespace = namespace.ok_or_else(|| Error::MissingNamespace(key.name.clone()))?;
+    if app.draining && ctx.config.shard.is_some() {
+        return let_go(app, &key, ctx).await;
+    }
     ctx.deployments_listed.wait().await;
     ctx.services_listed.wait().await;
     let versions = Versions {

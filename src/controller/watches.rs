@@ -1,13 +1,20 @@
 //! The watches' side of the controller: which events trigger which reconcile, what each
 //! event tells the memories of our own writes, and when a cache holds a complete list.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use futures::{channel::mpsc::UnboundedSender, future};
 use kube::{
     Resource, ResourceExt,
     runtime::{
-        reflector::{ObjectRef, store::Writer},
+        reflector::{ObjectRef, Store, store::Writer},
         utils::Backoff,
         watcher,
     },
@@ -54,6 +61,20 @@ pub(super) fn reflect_in_place(
             listed = HashSet::new();
         }
         watcher::Event::Apply(_) | watcher::Event::Delete(_) => writer.apply_watcher_event(event),
+    }
+}
+
+/// Notes into `entering` whether each MyApp watch event brings a MyApp `cache` does not hold
+/// yet, before the cache takes the event in; the filter after it reads the note (the stream
+/// handles one event at a time through every step).
+pub(super) fn note_entering(
+    cache: Store<CachedMyApp>,
+    entering: Arc<AtomicBool>,
+) -> impl FnMut(&watcher::Event<CachedMyApp>) + Send + Sync + 'static {
+    move |event| {
+        let new = matches!(event, watcher::Event::Apply(app)
+            if cache.get(&ObjectRef::from_obj(app)).is_none());
+        entering.store(new, Ordering::Relaxed);
     }
 }
 
@@ -191,8 +212,8 @@ impl Backoff for EachWatchBacksOff {
 }
 
 /// Whether a MyApp watch event triggers a reconcile. A change is one only while the status does
-/// not report the current generation, so status-only changes (our own status writes among them)
-/// do not trigger, while a new or edited spec does. Every object of a (re)list does, and once
+/// not report the current generation, or when the sharder drains the MyApp, so status-only
+/// changes (our own status writes among them) do not trigger, while a new or edited spec does. Every object of a (re)list does, and once
 /// the list is complete every MyApp is reconciled again (see `on_list_done`).
 ///
 /// This is kube's `predicates::generation` without its memory: that one remembers the last
@@ -204,7 +225,7 @@ pub(super) fn needs_reconcile(event: &watcher::Event<CachedMyApp>) -> bool {
     match event {
         watcher::Event::Apply(app) => {
             let observed = app.status.as_ref().and_then(|s| s.observed_generation);
-            observed.is_none() || observed != app.metadata.generation
+            app.draining || observed.is_none() || observed != app.metadata.generation
         }
         _ => true,
     }

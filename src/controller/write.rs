@@ -16,6 +16,7 @@ use crate::{
     fence::{Fenced, Gate},
     metrics::Metrics,
     recent::RecentWrites,
+    shard::{DRAIN_LABEL, SHARD_LABEL},
 };
 
 /// What became of one planned write.
@@ -184,6 +185,32 @@ impl Writer {
             }
             Err(error) => Err(error),
         }
+    }
+}
+
+impl Writer {
+    /// Lets go of a MyApp the sharder drains: removes its shard and drain labels in one merge
+    /// patch that expects `version` (the cached one), so that a MyApp changed meanwhile is
+    /// reconciled at its new version before it leaves. Once it lands the MyApp leaves this
+    /// shard's watch, and the sharder hands it to another.
+    pub(super) async fn let_go(
+        &self,
+        app: &ObjectRef<CachedMyApp>,
+        version: Option<&str>,
+    ) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": version,
+                "labels": { SHARD_LABEL: null, DRAIN_LABEL: null },
+            },
+        });
+        let request = kube::core::Request::new(MyApp::url_path(&(), app.namespace.as_deref()))
+            .patch(&app.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .map_err(kube::Error::BuildRequest)?;
+        let request = through_gate(&self.gate, request, "patch")?;
+        self.client.request_text(request).await?;
+        self.metrics.wrote("shard_release");
+        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Ring;
+use super::ring::Ring;
 
 /// The shard that reconciles a MyApp, by name (a replica's identity).
 pub const SHARD_LABEL: &str = "shard.example.com/myapp-operator";

@@ -23,6 +23,7 @@ mod phase;
 mod rbac;
 mod rollout;
 mod run;
+mod shard;
 mod stale;
 mod support;
 mod user_roles;

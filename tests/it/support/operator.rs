@@ -22,10 +22,25 @@ impl Operator {
     /// Starts reconciling (once it holds the Lease, with `elect`) as `identity`, requeueing
     /// healthy MyApps every `resync`.
     pub fn start(client: Client, identity: &str, elect: bool, resync: Duration) -> Self {
+        let lease = elect.then(|| leader::Config::new("myapp-operator", "myapp-system", identity));
+        Self::start_with(client, lease, None, resync)
+    }
+
+    /// Starts reconciling the MyApps of `shard` alone (without an election: always).
+    pub fn start_shard(client: Client, shard: &str, resync: Duration) -> Self {
+        Self::start_with(client, None, Some(shard.into()), resync)
+    }
+
+    fn start_with(
+        client: Client,
+        lease: Option<leader::Config>,
+        shard: Option<String>,
+        resync: Duration,
+    ) -> Self {
         let stop = CancellationToken::new();
         let parts = Parts::new();
-        let lease = elect.then(|| leader::Config::new("myapp-operator", "myapp-system", identity));
         let config = controller::Config {
+            shard,
             resync,
             backoff_base: Duration::from_millis(50),
             backoff_cap: Duration::from_secs(2),
