@@ -180,6 +180,21 @@ impl Gate {
         Err(Fenced)
     }
 
+    /// `request`, named `verb` as kube's client names the span of its own calls, if a write may
+    /// pass now ([`Gate::check`]). Called last before the send, so that nothing but the
+    /// transport lies between the check and it. A refused write fails with [`Fenced`] inside
+    /// `kube::Error::Service` (see [`fenced`]).
+    pub fn pass(
+        &self,
+        mut request: http::Request<Vec<u8>>,
+        verb: &'static str,
+    ) -> Result<http::Request<Vec<u8>>, kube::Error> {
+        request.extensions_mut().insert(verb);
+        self.check()
+            .map_err(|fenced| kube::Error::Service(Box::new(fenced)))?;
+        Ok(request)
+    }
+
     /// Whether a write would pass now. Reads the clock; changes nothing.
     pub fn is_open(&self) -> bool {
         match self.until.load(Ordering::SeqCst) {
@@ -250,6 +265,11 @@ impl Gate {
     }
 }
 
+/// Whether `error` is a write the gate refused ([`Gate::pass`]).
+pub fn fenced(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Service(source) if source.is::<Fenced>())
+}
+
 /// The gate's series, read when `/metrics` is scraped: `leader` is computed from the clock at
 /// that moment, so a replica that wakes past its deadline reports 0 on its first scrape.
 #[derive(Debug)]
@@ -292,6 +312,26 @@ impl Collector for GateCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_lets_a_request_through_while_open_and_refuses_it_as_fenced_once_closed() {
+        let gate = Gate::boot_clock();
+        gate.open_always();
+        let request = http::Request::new(b"{}".to_vec());
+        let passed = gate.pass(request, "create").unwrap();
+        assert_eq!(passed.extensions().get::<&'static str>(), Some(&"create"));
+        assert_eq!(passed.body(), b"{}");
+
+        gate.close();
+        let refused = gate
+            .pass(http::Request::new(Vec::new()), "create")
+            .unwrap_err();
+        assert!(fenced(&refused), "{refused}");
+        assert_eq!(gate.refused(), 1);
+        let other = kube::Error::Service("connection reset".into());
+        assert!(!fenced(&other), "only a refusal of the gate is fenced");
+    }
+
     use std::sync::Mutex;
 
     /// A clock the test sets by hand.

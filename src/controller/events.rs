@@ -13,8 +13,11 @@ use kube::{
 };
 use tracing::warn;
 
-use super::{context::Context, write};
-use crate::{fence::Gate, plan::PhaseEvent};
+use super::context::Context;
+use crate::{
+    fence::{self, Gate},
+    plan::PhaseEvent,
+};
 
 /// The Event telling a phase change.
 pub(super) fn phase_changed(event: PhaseEvent) -> Event {
@@ -90,7 +93,7 @@ async fn publish(
     regarding: &ObjectReference,
 ) {
     if let Err(error) = create(client, gate, &k8s_event(&reporter, event, regarding)).await {
-        if write::fenced(&error) {
+        if fence::fenced(&error) {
             gate.dropped_event();
         } else {
             warn!(%error, "Failed to publish Event");
@@ -133,7 +136,7 @@ fn k8s_event(reporter: &Reporter, event: &Event, regarding: &ObjectReference) ->
     }
 }
 
-/// POSTs `event` to its namespace once `gate` lets it through (`write::through_gate`); the
+/// POSTs `event` to its namespace once `gate` lets it through (`Gate::pass`); the
 /// answer's status is checked, its body not parsed.
 async fn create(client: &Client, gate: &Gate, event: &K8sEvent) -> Result<(), kube::Error> {
     // Events go where their object is; kube's `Recorder` uses "default" for a cluster-scoped one.
@@ -142,7 +145,7 @@ async fn create(client: &Client, gate: &Gate, event: &K8sEvent) -> Result<(), ku
     let request = kube::core::Request::new(K8sEvent::url_path(&(), Some(namespace)))
         .create(&PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
-    let request = write::through_gate(gate, request, "create")?;
+    let request = gate.pass(request, "create")?;
     client.request_text(request).await.map(drop)
 }
 

@@ -9,8 +9,8 @@ use kube::{
 };
 use tracing::{debug, warn};
 
-use super::{context::Context, events, write};
-use crate::{Error, cache::CachedMyApp};
+use super::{context::Context, events};
+use crate::{Error, cache::CachedMyApp, fence};
 
 /// Retries a failed object with exponential backoff and jitter, capped; other objects go on.
 pub(super) fn error_policy(app: Arc<CachedMyApp>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -59,7 +59,7 @@ fn fenced(error: &Error) -> bool {
     else {
         return false;
     };
-    write::fenced(error)
+    fence::fenced(error)
 }
 
 /// `base * 2^(attempt-1)`, capped, then jittered by ±20 % so failing objects spread out.

@@ -13,7 +13,7 @@ use tracing::debug;
 use crate::{
     cache::CachedMyApp,
     crd::{MyApp, MyAppStatus},
-    fence::{Fenced, Gate},
+    fence::Gate,
     metrics::Metrics,
     recent::RecentWrites,
     shard::{DRAIN_LABEL, SHARD_LABEL},
@@ -207,7 +207,7 @@ impl Writer {
         let request = kube::core::Request::new(MyApp::url_path(&(), app.namespace.as_deref()))
             .patch(&app.name, &PatchParams::default(), &Patch::Merge(&patch))
             .map_err(kube::Error::BuildRequest)?;
-        let request = through_gate(&self.gate, request, "patch")?;
+        let request = self.gate.pass(request, "patch")?;
         self.client.request_text(request).await?;
         self.metrics.wrote("shard_release");
         Ok(())
@@ -263,52 +263,15 @@ where
         ),
         None => (request.patch(name, params, &patch), "patch"),
     };
-    let request = through_gate(gate, request.map_err(kube::Error::BuildRequest)?, verb)?;
+    let request = gate.pass(request.map_err(kube::Error::BuildRequest)?, verb)?;
     let written: Written = client.request(request).await?;
     Ok(written.metadata.resource_version)
-}
-
-/// `request`, named `verb` as kube's client names the span of its own calls, once `gate` lets
-/// it through. Called last before the send, so that nothing but the transport lies between the
-/// check and it. A write the gate refuses fails with [`Fenced`] inside `kube::Error::Service`
-/// (see [`fenced`]).
-pub(super) fn through_gate(
-    gate: &Gate,
-    mut request: http::Request<Vec<u8>>,
-    verb: &'static str,
-) -> Result<http::Request<Vec<u8>>, kube::Error> {
-    request.extensions_mut().insert(verb);
-    gate.check()
-        .map_err(|fenced| kube::Error::Service(Box::new(fenced)))?;
-    Ok(request)
-}
-
-/// Whether `error` is a write the gate refused ([`through_gate`]).
-pub(super) fn fenced(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Service(source) if source.is::<Fenced>())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::{Value, json};
-
-    #[test]
-    fn the_gate_lets_a_request_through_while_open_and_refuses_it_as_fenced_once_closed() {
-        let gate = Gate::boot_clock();
-        gate.open_always();
-        let request = http::Request::new(b"{}".to_vec());
-        let passed = through_gate(&gate, request, "create").unwrap();
-        assert_eq!(passed.extensions().get::<&'static str>(), Some(&"create"));
-        assert_eq!(passed.body(), b"{}");
-
-        gate.close();
-        let refused = through_gate(&gate, http::Request::new(Vec::new()), "create").unwrap_err();
-        assert!(fenced(&refused), "{refused}");
-        assert_eq!(gate.refused(), 1);
-        let other = kube::Error::Service("connection reset".into());
-        assert!(!fenced(&other), "only a refusal of the gate is fenced");
-    }
 
     #[test]
     fn only_a_404_naming_the_myapp_means_it_was_deleted_meanwhile() {
