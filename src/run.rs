@@ -17,6 +17,7 @@ use crate::{
     fence::{Gate, GateCollector},
     leader,
     metrics::Metrics,
+    shard::sharder,
 };
 
 /// The `User-Agent` of every request the operator makes (kube sets none): the API server's
@@ -258,6 +259,55 @@ pub async fn reconcile_while_leading(
     if gate.remaining() == Some(std::time::Duration::MAX) {
         gate.close();
     }
+}
+
+/// Sharding on: this replica reconciles its own shard while it holds a shard Lease of its own
+/// (its gate in `parts`), and, while it holds the controller's Lease (`lease`), runs the
+/// sharder that places MyApps on the live shards. Until `stop` is cancelled.
+pub async fn shard_while_leading(
+    client: Client,
+    mut config: controller::Config,
+    lease: leader::Config,
+    sharder: sharder::Config,
+    parts: Parts,
+    stop: CancellationToken,
+) {
+    let shard_lease = leader::Config {
+        name: sharder.lease_name(&lease.identity),
+        ..lease.clone()
+    };
+    config.shard = Some(lease.identity.clone());
+    let shard = reconcile_while_leading(
+        client.clone(),
+        config,
+        Some(shard_lease),
+        parts,
+        stop.clone(),
+    );
+
+    let gate = Arc::new(Gate::boot_clock());
+    let stop_election = CancellationToken::new();
+    let election = leader::run(
+        client.clone(),
+        lease,
+        gate.clone(),
+        stop_election.clone().cancelled_owned(),
+    );
+    let assign = async {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = gate.opened() => {}
+            }
+            tokio::select! {
+                () = sharder::run(client.clone(), sharder.clone(), gate.clone()) => {}
+                () = gate.closed() => warn!("Lost the lease: stopped assigning shards"),
+                () = stop.cancelled() => break,
+            }
+        }
+        stop_election.cancel();
+    };
+    tokio::join!(shard, election, assign);
 }
 
 fn default_identity() -> String {

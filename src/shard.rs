@@ -1,11 +1,13 @@
-//! Sharding's building blocks: the ring that places each MyApp on one live shard, the
-//! membership that says which shards are live from their Leases, and the sharder's next label
-//! change for a MyApp. Nothing in the controller uses them yet; with one replica, or sharding
-//! off, the controller reconciles every MyApp.
+//! Sharding: the ring that places each MyApp on one live shard, the membership that says
+//! which shards are live from their Leases, the sharder's next label change for a MyApp, and
+//! the sharder that makes those changes. Each shard's controller reconciles only the MyApps
+//! labelled with its name (`controller::Config::shard`); with sharding off, the controller
+//! reconciles every MyApp.
 
 mod assign;
 mod members;
 mod ring;
+pub mod sharder;
 
 pub use assign::{DRAIN_LABEL, Move, SHARD_LABEL, next_move};
 pub use members::Members;

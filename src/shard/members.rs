@@ -72,6 +72,11 @@ impl Members {
         );
     }
 
+    /// Keeps only the Leases named so (those a relist showed).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.leases.retain(|name, _| keep(name));
+    }
+
     /// Forgets a deleted Lease.
     pub fn forget(&mut self, name: &str) {
         self.leases.remove(name);

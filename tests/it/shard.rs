@@ -1,5 +1,6 @@
-//! Sharding on the sandbox: controllers that each reconcile only their own shard's MyApps, and
-//! one letting go of a MyApp the sharder drains, so that another shard takes it over.
+//! Sharding on the sandbox: controllers that each reconcile only their own shard's MyApps, one
+//! letting go of a MyApp the sharder drains so that another shard takes it over, and replicas
+//! whose sharder spreads MyApps over the live shards and moves a stopped replica's.
 
 use crate::support::converge;
 use crate::support::operator;
@@ -7,11 +8,16 @@ use crate::support::operator;
 use converge::{converged, eventually};
 use operator::Operator;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Service},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    api::{
+        apps::v1::Deployment,
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::Service,
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
 };
 use kube::{
     Api, ResourceExt,
@@ -114,4 +120,107 @@ async fn each_shard_reconciles_its_own_myapps_and_a_drained_one_moves_without_a_
 
     shard_a.stop().await;
     shard_b.stop().await;
+}
+
+/// The shard of every MyApp named, once each is assigned, converged, and its children carry it.
+async fn placed(apps: &Api<MyApp>, deployments: &Api<Deployment>, names: &[String]) -> Vec<String> {
+    let mut shards = Vec::new();
+    for name in names {
+        let app = converged(apps, name, Phase::Running).await;
+        let shard = shard_of(&app.metadata).expect("assigned");
+        eventually(&format!("{name}'s Deployment is on {shard}"), || async {
+            let deployment = deployments.get(name).await.ok()?;
+            (shard_of(&deployment.metadata).as_deref() == Some(shard.as_str())).then_some(())
+        })
+        .await;
+        shards.push(shard);
+    }
+    shards
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_ones() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
+        .await
+        .expect("environment starts");
+    let client = env.client().await.unwrap();
+    let a = Operator::start_sharded(client.clone(), "pod-a");
+    let b = Operator::start_sharded(client.clone(), "pod-b");
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    let names: Vec<String> = (0..16).map(|i| format!("app-{i}")).collect();
+    for name in &names {
+        apps.create(&PostParams::default(), &MyApp::test(name))
+            .await
+            .unwrap();
+    }
+    let shards = placed(&apps, &deployments, &names).await;
+    for shard in ["pod-a", "pod-b"] {
+        assert!(
+            shards.iter().any(|s| s == shard),
+            "{shard} holds none of {shards:?}"
+        );
+    }
+
+    // A stopped replica releases its shard Lease: its MyApps move at once.
+    b.stop().await;
+    all_on(&apps, "pod-a").await;
+    placed(&apps, &deployments, &names).await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_whose_lease_stops_being_renewed_loses_its_myapps_once_it_expires() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
+        .await
+        .expect("environment starts");
+    let client = env.client().await.unwrap();
+    // A replica that crashed a moment ago: its shard Lease, renewed now for 3 s, and its MyApps.
+    let leases = Api::<Lease>::namespaced(client.clone(), "myapp-system");
+    let ghost = Lease {
+        metadata: ObjectMeta {
+            name: Some("myapp-operator-shard-pod-ghost".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("pod-ghost".into()),
+            lease_duration_seconds: Some(3),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    };
+    leases.create(&PostParams::default(), &ghost).await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let names: Vec<String> = (0..4).map(|i| format!("app-{i}")).collect();
+    for name in &names {
+        let app = MyApp::test(name).label(SHARD_LABEL, "pod-ghost");
+        apps.create(&PostParams::default(), &app).await.unwrap();
+    }
+    let started = Instant::now();
+    let a = Operator::start_sharded(client.clone(), "pod-a");
+
+    all_on(&apps, "pod-a").await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "moved after {:?}, before the ghost's Lease could have expired",
+        started.elapsed()
+    );
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    placed(&apps, &deployments, &names).await;
+    a.stop().await;
+}
+
+async fn all_on(apps: &Api<MyApp>, shard: &str) {
+    eventually(&format!("every MyApp is on {shard}"), || async {
+        let all = apps.list(&Default::default()).await.ok()?;
+        all.items
+            .iter()
+            .all(|app| shard_of(&app.metadata).as_deref() == Some(shard))
+            .then_some(())
+    })
+    .await;
 }

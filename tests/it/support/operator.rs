@@ -31,6 +31,34 @@ impl Operator {
         Self::start_with(client, None, Some(shard.into()), resync)
     }
 
+    /// Starts a replica with sharding on: it reconciles its own shard under a shard Lease of
+    /// its own and, while it holds the controller's Lease, assigns MyApps to the live shards.
+    /// Leases last 2 s, so that a stopped replica's MyApps move within seconds.
+    pub fn start_sharded(client: Client, identity: &str) -> Self {
+        let stop = CancellationToken::new();
+        let parts = Parts::new();
+        let lease = leader::Config::new("myapp-operator", "myapp-system", identity)
+            .with_timing(
+                Duration::from_secs(2),
+                Duration::from_millis(1_500),
+                Duration::from_millis(200),
+            )
+            .expect("lease timing");
+        let sharder = myapp_operator::shard::sharder::Config {
+            namespace: "myapp-system".into(),
+            lease_prefix: "myapp-operator-shard-".into(),
+        };
+        let task = tokio::spawn(run::shard_while_leading(
+            client,
+            Self::config(None, Duration::from_secs(300)),
+            lease,
+            sharder,
+            parts.clone(),
+            stop.clone(),
+        ));
+        Self { stop, task, parts }
+    }
+
     fn start_with(
         client: Client,
         lease: Option<leader::Config>,
@@ -39,7 +67,19 @@ impl Operator {
     ) -> Self {
         let stop = CancellationToken::new();
         let parts = Parts::new();
-        let config = controller::Config {
+        let task = tokio::spawn(run::reconcile_while_leading(
+            client,
+            Self::config(shard, resync),
+            lease,
+            parts.clone(),
+            stop.clone(),
+        ));
+        Self { stop, task, parts }
+    }
+
+    /// The controller's settings in tests: quick retries, small pages.
+    fn config(shard: Option<String>, resync: Duration) -> controller::Config {
+        controller::Config {
             shard,
             resync,
             backoff_base: Duration::from_millis(50),
@@ -48,15 +88,7 @@ impl Operator {
             // Small pages, so that lists of a few objects already come in several.
             page_size: 4,
             ..controller::Config::default()
-        };
-        let task = tokio::spawn(run::reconcile_while_leading(
-            client,
-            config,
-            lease,
-            parts.clone(),
-            stop.clone(),
-        ));
-        Self { stop, task, parts }
+        }
     }
 
     /// Stops the controller and releases the Lease.

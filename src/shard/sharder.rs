@@ -1,0 +1,206 @@
+//! The sharder: on the replica that holds the controller's Lease, keeps every MyApp on the
+//! shard the ring of live shards gives it, one label change at a time as [`next_move`]
+//! decides. It reads shard Leases and MyApps' metadata from two watches and writes only labels,
+//! each write through its gate and expecting the version it decided on.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use super::{DRAIN_LABEL, Members, Move, Ring, SHARD_LABEL, next_move};
+use crate::{crd::MyApp, fence::Gate};
+
+/// A MyApp as the sharder sees it: its metadata.
+type AppMeta = PartialObjectMeta<MyApp>;
+
+/// How often every MyApp is looked at again besides what the watches report: a label write
+/// that failed is retried by the next pass.
+const PASS_PERIOD: Duration = Duration::from_secs(30);
+
+/// Where the shard Leases are.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The namespace of the shard Leases (the operator's own).
+    pub namespace: String,
+    /// The name every shard Lease starts with; the rest is its replica's identity.
+    pub lease_prefix: String,
+}
+
+impl Config {
+    /// The name of the shard Lease of the replica `identity`.
+    pub fn lease_name(&self, identity: &str) -> String {
+        format!("{}{identity}", self.lease_prefix)
+    }
+}
+
+/// Assigns MyApps to shards until dropped (when the gate closes, the caller drops it).
+pub async fn run(client: Client, config: Config, gate: Arc<Gate>) {
+    let (apps, writer) = reflector::store::<AppMeta>();
+    let app_events = watcher(
+        Api::<AppMeta>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    let lease_events = watcher(
+        Api::<Lease>::namespaced(client.clone(), &config.namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff();
+    let mut sharder = Sharder {
+        client,
+        gate,
+        config,
+        members: Members::default(),
+        leases_listed: false,
+        listing: BTreeSet::new(),
+        ring: Ring::default(),
+    };
+    tokio::pin!(app_events, lease_events);
+    let mut pass = tokio::time::interval(PASS_PERIOD);
+    loop {
+        let expiry = sharder.members.next_expiry(sharder.gate.now());
+        let expired = async {
+            match expiry {
+                Some(left) => tokio::time::sleep(left).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            event = lease_events.next() => match event {
+                Some(Ok(event)) => sharder.lease_event(event, &apps).await,
+                Some(Err(error)) => warn!(%error, "Shard Lease watch failed"),
+                None => return,
+            },
+            event = app_events.try_next() => match event {
+                Ok(Some(app)) => sharder.look_at(&app).await,
+                Ok(None) => return,
+                Err(error) => warn!(%error, "MyApp metadata watch failed"),
+            },
+            () = expired => sharder.membership_changed(&apps).await,
+            _ = pass.tick() => sharder.pass(&apps).await,
+        }
+    }
+}
+
+struct Sharder {
+    client: Client,
+    gate: Arc<Gate>,
+    config: Config,
+    members: Members,
+    /// Whether the shard Leases were listed once: until then membership is incomplete, and the
+    /// sharder moves nothing.
+    leases_listed: bool,
+    /// The shard Leases a (re)list under way has shown.
+    listing: BTreeSet<String>,
+    ring: Ring,
+}
+
+impl Sharder {
+    async fn lease_event(&mut self, event: watcher::Event<Lease>, apps: &Store<AppMeta>) {
+        let now = self.gate.now();
+        match event {
+            watcher::Event::Init => self.listing.clear(),
+            watcher::Event::InitApply(lease) => {
+                if self.is_shard_lease(&lease) {
+                    self.listing.insert(lease.name_any());
+                    self.members.observe(&lease, now);
+                }
+            }
+            watcher::Event::InitDone => {
+                // Leases deleted while the watch was down are gone from the list alone.
+                let listed = std::mem::take(&mut self.listing);
+                self.members.retain(|name| listed.contains(name));
+                self.leases_listed = true;
+            }
+            watcher::Event::Apply(lease) if self.is_shard_lease(&lease) => {
+                self.members.observe(&lease, now);
+            }
+            watcher::Event::Delete(lease) if self.is_shard_lease(&lease) => {
+                self.members.forget(&lease.name_any());
+            }
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => return,
+        }
+        self.membership_changed(apps).await;
+    }
+
+    fn is_shard_lease(&self, lease: &Lease) -> bool {
+        lease.name_any().starts_with(&self.config.lease_prefix)
+    }
+
+    /// Builds the ring again if the live shards changed, and then looks at every MyApp.
+    async fn membership_changed(&mut self, apps: &Store<AppMeta>) {
+        if !self.leases_listed {
+            return;
+        }
+        let live = self.members.live(self.gate.now());
+        if live.iter().copied().eq(self.ring.shards()) {
+            return;
+        }
+        info!(shards = ?live, "Shard ring changed");
+        self.ring = Ring::new(&live);
+        self.pass(apps).await;
+    }
+
+    /// Looks at every MyApp cached.
+    async fn pass(&self, apps: &Store<AppMeta>) {
+        for app in apps.state() {
+            self.look_at(&app).await;
+        }
+    }
+
+    /// Writes the next label change `app` needs, if any.
+    async fn look_at(&self, app: &AppMeta) {
+        if !self.leases_listed {
+            return;
+        }
+        let live = self.members.live(self.gate.now());
+        let (namespace, name) = (app.namespace().unwrap_or_default(), app.name_any());
+        let Some(step) = next_move(&self.ring, &live, &namespace, &name, app.labels()) else {
+            return;
+        };
+        let labels = match &step {
+            Move::Assign(shard) => json!({ SHARD_LABEL: shard, DRAIN_LABEL: null }),
+            Move::Drain => json!({ DRAIN_LABEL: "true" }),
+            Move::Keep => json!({ DRAIN_LABEL: null }),
+        };
+        match self.relabel(app, &namespace, &name, labels).await {
+            Ok(()) => debug!(%namespace, %name, ?step, "Moved"),
+            // Changed since seen: its watch event brings it back here.
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+            Err(error) => warn!(%namespace, %name, ?step, %error, "Shard label write failed"),
+        }
+    }
+
+    async fn relabel(
+        &self,
+        app: &AppMeta,
+        namespace: &str,
+        name: &str,
+        labels: Value,
+    ) -> Result<(), kube::Error> {
+        let patch = json!({
+            "metadata": { "resourceVersion": app.resource_version(), "labels": labels },
+        });
+        let request = kube::core::Request::new(MyApp::url_path(&(), Some(namespace)))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .map_err(kube::Error::BuildRequest)?;
+        let request = self.gate.pass(request, "patch")?;
+        self.client.request_text(request).await?;
+        Ok(())
+    }
+}
