@@ -32,18 +32,24 @@ use serde_json::json;
 
 const NS: &str = "default";
 
-fn shard_of(meta: &ObjectMeta) -> Option<String> {
-    meta.labels.as_ref()?.get(SHARD_LABEL).cloned()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_shard_reconciles_its_own_myapps_and_a_drained_one_moves_without_a_restart() {
+/// The dev environment on a temporary directory, and a client of its API server.
+async fn environment() -> (Environment, tempfile::TempDir, kube::Client) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
         .await
         .expect("environment starts");
     let client = env.client().await.unwrap();
+    (env, dir, client)
+}
+
+fn shard_of(meta: &ObjectMeta) -> Option<String> {
+    meta.labels.as_ref()?.get(SHARD_LABEL).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_shard_reconciles_its_own_myapps_and_a_drained_one_moves_without_a_restart() {
+    let (_env, _dir, client) = environment().await;
     let resync = Duration::from_secs(300);
     let shard_a = Operator::start_shard(client.clone(), "pod-a", resync);
     let shard_b = Operator::start_shard(client.clone(), "pod-b", resync);
@@ -140,12 +146,7 @@ async fn placed(apps: &Api<MyApp>, deployments: &Api<Deployment>, names: &[Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_ones() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
-        .await
-        .expect("environment starts");
-    let client = env.client().await.unwrap();
+    let (_env, _dir, client) = environment().await;
     let a = Operator::start_sharded(client.clone(), "pod-a");
     let b = Operator::start_sharded(client.clone(), "pod-b");
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);
@@ -173,12 +174,7 @@ async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_whose_lease_stops_being_renewed_loses_its_myapps_once_it_expires() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
-        .await
-        .expect("environment starts");
-    let client = env.client().await.unwrap();
+    let (_env, _dir, client) = environment().await;
     // A replica that crashed a moment ago: its shard Lease, renewed now for 3 s, and its MyApps.
     let leases = Api::<Lease>::namespaced(client.clone(), "myapp-system");
     let ghost = Lease {
