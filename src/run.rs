@@ -199,18 +199,41 @@ pub async fn reconcile_while_leading(
 ) {
     let gate = parts.gate.clone();
     let stop_election = CancellationToken::new();
-    let election = match lease {
-        Some(lease) => Some(tokio::spawn(leader::run(
-            client.clone(),
-            lease,
-            gate.clone(),
-            stop_election.clone().cancelled_owned(),
-        ))),
-        None => {
-            gate.open_always();
-            None
+    if lease.is_none() {
+        gate.open_always();
+    }
+    // In this task, not a task of its own: whatever ends this one (a panic in a reconcile, an
+    // abort) ends the renewals with it, so the Lease expires and another replica takes over,
+    // instead of this replica holding it with nothing reconciling.
+    let election = async {
+        if let Some(lease) = lease {
+            leader::run(
+                client.clone(),
+                lease,
+                gate.clone(),
+                stop_election.clone().cancelled_owned(),
+            )
+            .await;
         }
     };
+    let reconcile = async {
+        reconcile_whenever_open(&client, &config, &parts, &stop).await;
+        stop_election.cancel();
+    };
+    tokio::join!(election, reconcile);
+    if gate.remaining() == Some(std::time::Duration::MAX) {
+        gate.close();
+    }
+}
+
+/// Runs the controller each time the gate opens, until `stop` is cancelled.
+async fn reconcile_whenever_open(
+    client: &Client,
+    config: &controller::Config,
+    parts: &Parts,
+    stop: &CancellationToken,
+) {
+    let gate = &parts.gate;
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
@@ -251,13 +274,6 @@ pub async fn reconcile_while_leading(
         if stop.is_cancelled() {
             break;
         }
-    }
-    stop_election.cancel();
-    if let Some(election) = election {
-        let _ = election.await;
-    }
-    if gate.remaining() == Some(std::time::Duration::MAX) {
-        gate.close();
     }
 }
 

@@ -19,6 +19,7 @@ use myapp_operator::{
     admission::AdmissionConfig,
     crd::{EnvVar, MyApp, Phase},
     dev::{Environment, Options},
+    leader,
     resources::FIELD_MANAGER,
 };
 use serde_json::json;
@@ -721,4 +722,42 @@ async fn dropping_an_environment_stops_its_servers() {
         (api.is_err() && webhook.is_err()).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_controller_task_ends_stops_renewing_and_another_takes_over() {
+    let (env, _dir) = environment(&[]).await;
+    let client = env.client().await.unwrap();
+    let quick = |identity: &str| {
+        leader::Config::new("myapp-operator", "myapp-system", identity)
+            .with_timing(
+                Duration::from_secs(2),
+                Duration::from_millis(1_500),
+                Duration::from_millis(200),
+            )
+            .unwrap()
+    };
+    let leases = Api::<Lease>::namespaced(client.clone(), "myapp-system");
+    let holder = || async {
+        leases
+            .get("myapp-operator")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity
+    };
+    let first = Operator::start_elected(client.clone(), quick("first"));
+    eventually("first holds the lease", || async {
+        (holder().await? == "first").then_some(())
+    })
+    .await;
+    let second = Operator::start_elected(client.clone(), quick("second"));
+    // As a panic anywhere in its controller would end it: the renewals must end with it.
+    first.task.abort();
+    eventually("second holds the lease", || async {
+        (holder().await? == "second").then_some(())
+    })
+    .await;
+    second.stop().await;
+    env.shutdown().await;
 }

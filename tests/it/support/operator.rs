@@ -26,6 +26,11 @@ impl Operator {
         Self::start_with(client, lease, None, resync)
     }
 
+    /// Starts reconciling once it holds `lease`.
+    pub fn start_elected(client: Client, lease: leader::Config) -> Self {
+        Self::start_with(client, Some(lease), None, Duration::from_secs(300))
+    }
+
     /// Starts reconciling the MyApps of `shard` alone (without an election: always).
     pub fn start_shard(client: Client, shard: &str, resync: Duration) -> Self {
         Self::start_with(client, None, Some(shard.into()), resync)
