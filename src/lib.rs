@@ -48,7 +48,7 @@ mod recent;
 pub mod resources;
 /// `run`: one process, webhook and admin servers on every replica, ordered shutdown.
 pub mod run;
-/// Sharding's ring and membership: which live shard reconciles which MyApp.
+/// Sharding: which live shard reconciles which MyApp, and the sharder that places them.
 pub mod shard;
 /// A MyApp's phase and conditions from its observed Deployment.
 pub mod status;

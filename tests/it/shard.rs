@@ -145,27 +145,29 @@ async fn placed(apps: &Api<MyApp>, deployments: &Api<Deployment>, names: &[Strin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_ones() {
+async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_or_crashed_ones() {
     let (_env, _dir, client) = environment().await;
-    let a = Operator::start_sharded(client.clone(), "pod-a");
-    let b = Operator::start_sharded(client.clone(), "pod-b");
+    let [a, b, c] = ["pod-a", "pod-b", "pod-c"]
+        .map(|identity| Operator::start_sharded(client.clone(), identity));
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);
     let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
-    let names: Vec<String> = (0..16).map(|i| format!("app-{i}")).collect();
+    let names: Vec<String> = (0..24).map(|i| format!("app-{i}")).collect();
     for name in &names {
         apps.create(&PostParams::default(), &MyApp::test(name))
             .await
             .unwrap();
     }
     let shards = placed(&apps, &deployments, &names).await;
-    for shard in ["pod-a", "pod-b"] {
+    for shard in ["pod-a", "pod-b", "pod-c"] {
         assert!(
             shards.iter().any(|s| s == shard),
             "{shard} holds none of {shards:?}"
         );
     }
 
-    // A stopped replica releases its shard Lease: its MyApps move at once.
+    // A crashed replica releases nothing: its MyApps move once its shard Lease expires (2 s).
+    c.task.abort();
+    // A stopped one releases its shard Lease: its MyApps move at once.
     b.stop().await;
     all_on(&apps, "pod-a").await;
     placed(&apps, &deployments, &names).await;
