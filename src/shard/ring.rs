@@ -15,8 +15,8 @@ use std::fmt::Write as _;
 
 /// Points each shard puts on the circle. The arcs' spread shrinks with the square root of the
 /// points: with 1,024, each of two to eight shards owns within 7 % of its fair share of the
-/// circle, where 256 left one of five shards 17 % short. A ring of eight shards is 128 KiB,
-/// rebuilt only when the shards change, and a lookup a binary search.
+/// circle. A ring of eight shards is 128 KiB, rebuilt only when the shards change, and a lookup
+/// is a binary search.
 pub const POINTS_PER_SHARD: u32 = 1024;
 
 /// The live shards and the points they own.
