@@ -55,7 +55,8 @@ fn fenced(error: &Error) -> bool {
     let (Error::ApplyDeployment(error)
     | Error::ApplyService(error)
     | Error::HandOffReplicas(error)
-    | Error::PatchStatus(error)) = error
+    | Error::PatchStatus(error)
+    | Error::ReleaseShard(error)) = error
     else {
         return false;
     };
@@ -110,5 +111,21 @@ mod tests {
             kube::core::Status::failure("refused", "Refused").with_code(403),
         )));
         assert!(!status_forbidden(&other), "only status writes");
+    }
+
+    #[test]
+    fn every_write_the_gate_refused_is_told_as_fenced() {
+        let refused = || kube::Error::Service(Box::new(crate::fence::Fenced));
+        for error in [
+            Error::ApplyDeployment(refused()),
+            Error::ApplyService(refused()),
+            Error::HandOffReplicas(refused()),
+            Error::PatchStatus(refused()),
+            Error::ReleaseShard(refused()),
+        ] {
+            assert!(fenced(&error), "{error}");
+        }
+        let reset = kube::Error::Service("connection reset".into());
+        assert!(!fenced(&Error::ReleaseShard(reset)));
     }
 }
