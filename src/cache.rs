@@ -792,6 +792,28 @@ mod tests {
     }
 
     #[test]
+    fn a_myapp_cache_keeps_its_sharding_labels_and_no_other_label() {
+        let labelled = MyApp::test("web")
+            .label(SHARD_LABEL, "pod-a")
+            .label(DRAIN_LABEL, "true")
+            .label("team", "shop");
+        let app = CachedMyApp::from(labelled);
+        assert_eq!(app.shard(), Some("pod-a"));
+        assert!(app.draining);
+        assert_eq!(
+            app.metadata.labels, None,
+            "every label but the two is skipped"
+        );
+
+        let app = CachedMyApp::from(MyApp::test("web").label(SHARD_LABEL, ""));
+        assert_eq!(
+            (app.shard(), app.draining),
+            (None, false),
+            "an empty shard is none"
+        );
+    }
+
+    #[test]
     fn every_string_the_builders_emit_for_every_myapp_alike_is_shared() {
         let children = |app: &MyApp| -> (CachedDeployment, CachedService) {
             (
