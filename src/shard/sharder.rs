@@ -54,6 +54,12 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>) {
         watcher::Config::default(),
     )
     .default_backoff()
+    // The sharder reads names, versions and labels: the managed fields and annotations (where
+    // `kubectl apply` keeps a whole copy of the object) would be most of its cache.
+    .modify(|app| {
+        app.metadata.managed_fields = None;
+        app.metadata.annotations = None;
+    })
     .reflect(writer)
     .applied_objects();
     let lease_events = watcher(
