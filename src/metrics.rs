@@ -76,12 +76,13 @@ pub struct ResultLabels {
 }
 
 /// The write targets of `myapp_reconcile_writes_total`.
-pub const WRITE_TARGETS: [&str; 5] = [
+pub const WRITE_TARGETS: [&str; 6] = [
     "deployment",
     "service",
     "status",
     "replicas_handoff",
     "shard_release",
+    "shard_move",
 ];
 
 /// Kind of write a reconcile made.

@@ -293,6 +293,7 @@ pub async fn shard_while_leading(
         ..lease.clone()
     };
     config.shard = Some(lease.identity.clone());
+    let metrics = parts.metrics.clone();
     let shard = reconcile_while_leading(
         client.clone(),
         config,
@@ -316,7 +317,7 @@ pub async fn shard_while_leading(
                 () = gate.opened() => {}
             }
             tokio::select! {
-                () = sharder::run(client.clone(), sharder.clone(), gate.clone()) => {}
+                () = sharder::run(client.clone(), sharder.clone(), gate.clone(), metrics.clone()) => {}
                 () = gate.closed() => warn!("Lost the lease: stopped assigning shards"),
                 () = stop.cancelled() => break,
             }

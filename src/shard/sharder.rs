@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::{DRAIN_LABEL, Members, Move, Ring, SHARD_LABEL, next_move};
-use crate::{crd::MyApp, fence::Gate};
+use crate::{crd::MyApp, fence::Gate, metrics::Metrics};
 
 /// A MyApp as the sharder sees it: its metadata.
 type AppMeta = PartialObjectMeta<MyApp>;
@@ -46,8 +46,9 @@ impl Config {
     }
 }
 
-/// Assigns MyApps to shards until dropped (when the gate closes, the caller drops it).
-pub async fn run(client: Client, config: Config, gate: Arc<Gate>) {
+/// Assigns MyApps to shards until dropped (when the gate closes, the caller drops it). Each
+/// label write counts as a `shard_move` write in `metrics`: the moves' own write budget.
+pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<Metrics>) {
     let (apps, writer) = reflector::store::<AppMeta>();
     let app_events = watcher(
         Api::<AppMeta>::all(client.clone()),
@@ -70,6 +71,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>) {
     let mut sharder = Sharder {
         client,
         gate,
+        metrics,
         config,
         members: Members::default(),
         leases_listed: false,
@@ -106,6 +108,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>) {
 struct Sharder {
     client: Client,
     gate: Arc<Gate>,
+    metrics: Arc<Metrics>,
     config: Config,
     members: Members,
     /// Whether the shard Leases were listed once: until then membership is incomplete, and the
@@ -185,7 +188,10 @@ impl Sharder {
             Move::Keep => json!({ DRAIN_LABEL: null }),
         };
         match self.relabel(app, &namespace, &name, labels).await {
-            Ok(()) => debug!(%namespace, %name, ?step, "Moved"),
+            Ok(()) => {
+                self.metrics.wrote("shard_move");
+                debug!(%namespace, %name, ?step, "Moved");
+            }
             // Changed since seen: its watch event brings it back here.
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
             Err(error) => warn!(%namespace, %name, ?step, %error, "Shard label write failed"),

@@ -26,6 +26,7 @@ use kube::{
 use myapp_operator::{
     crd::{MyApp, Phase},
     dev::{Environment, Options},
+    metrics::WriteLabels,
     shard::{DRAIN_LABEL, SHARD_LABEL},
 };
 use serde_json::json;
@@ -164,6 +165,17 @@ async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_o
             "{shard} holds none of {shards:?}"
         );
     }
+    // Every assignment is a label write the sharder counts apart from the controllers' writes.
+    let moves: u64 = [&a, &b, &c]
+        .iter()
+        .map(|replica| {
+            let target = WriteLabels {
+                target: "shard_move",
+            };
+            replica.parts.metrics.writes.get_or_create(&target).get()
+        })
+        .sum();
+    assert!(moves >= 24, "{moves} moves counted for 24 assignments");
 
     // A crashed replica releases nothing: its MyApps move once its shard Lease expires (2 s).
     c.task.abort();
