@@ -11,10 +11,7 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
-use myapp_operator::{
-    crd::{MyApp, Phase},
-    dev::{Environment, Options},
-};
+use myapp_operator::crd::{MyApp, Phase};
 use serde_json::{Value, json};
 
 use crate::support::converge::{converged, eventually};
@@ -194,11 +191,7 @@ async fn barrier(client: &kube::Client, marker: &str, round: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_spec_field_moves_exactly_its_child_fields_a_refusal_moves_nothing_and_a_revert_restores_all()
  {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
-        .await
-        .expect("environment starts");
+    let (env, _dir) = crate::support::dev_environment().await;
     let client = env.client().await.unwrap();
     let operator = Operator::start(client.clone(), "solo", false, Duration::from_secs(300));
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);

@@ -22,7 +22,7 @@ use kube::{
 use kube_sandbox::RequestRecord;
 use myapp_operator::{
     crd::{MyApp, Phase},
-    dev::{Environment, Options},
+    dev::Environment,
     run,
 };
 use serde_json::json;
@@ -164,11 +164,7 @@ async fn events_with_reason(events: &Api<Event>, reason: &str, count: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_phase_is_reported_while_a_slow_rollout_runs_on_create_and_on_edit() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
-        .await
-        .unwrap();
+    let (env, _dir) = crate::support::dev_environment().await;
     // The test answers for this app's Deployment itself, only once it has seen what the
     // operator reports while nobody else answers: a rollout as slow as a real one.
     env.sandbox.rollouts().exclude(NS, "web");

@@ -32,7 +32,7 @@ use kube::{
 use kube_sandbox::RequestRecord;
 use myapp_operator::{
     crd::{MyApp, Phase},
-    dev::{Environment, Options},
+    dev::Environment,
 };
 use serde_json::{Value, json};
 
@@ -143,11 +143,7 @@ async fn set_spec(apps: &Api<MyApp>, name: &str, spec: Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_cycle() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
-        .await
-        .expect("environment starts");
+    let (env, _dir) = crate::support::dev_environment().await;
     let operator = Operator::start(
         operator_client(&env).await,
         "rbac",

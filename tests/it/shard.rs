@@ -2,8 +2,8 @@
 //! letting go of a MyApp the sharder drains so that another shard takes it over, and replicas
 //! whose sharder spreads MyApps over the live shards and moves a stopped replica's.
 
-use crate::support::converge;
 use crate::support::operator;
+use crate::support::{converge, dev_environment};
 
 use converge::{converged, eventually};
 use operator::Operator;
@@ -25,7 +25,6 @@ use kube::{
 };
 use myapp_operator::{
     crd::{MyApp, Phase},
-    dev::{Environment, Options},
     metrics::WriteLabels,
     shard::{DRAIN_LABEL, SHARD_LABEL},
 };
@@ -33,24 +32,14 @@ use serde_json::json;
 
 const NS: &str = "default";
 
-/// The dev environment on a temporary directory, and a client of its API server.
-async fn environment() -> (Environment, tempfile::TempDir, kube::Client) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let env = Environment::start(Options::ephemeral(dir.path().to_owned()))
-        .await
-        .expect("environment starts");
-    let client = env.client().await.unwrap();
-    (env, dir, client)
-}
-
 fn shard_of(meta: &ObjectMeta) -> Option<String> {
     meta.labels.as_ref()?.get(SHARD_LABEL).cloned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_shard_reconciles_its_own_myapps_and_a_drained_one_moves_without_a_restart() {
-    let (_env, _dir, client) = environment().await;
+    let (env, _dir) = dev_environment().await;
+    let client = env.client().await.unwrap();
     let resync = Duration::from_secs(300);
     let shard_a = Operator::start_shard(client.clone(), "pod-a", resync);
     let shard_b = Operator::start_shard(client.clone(), "pod-b", resync);
@@ -147,7 +136,8 @@ async fn placed(apps: &Api<MyApp>, deployments: &Api<Deployment>, names: &[Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_or_crashed_ones() {
-    let (_env, _dir, client) = environment().await;
+    let (env, _dir) = dev_environment().await;
+    let client = env.client().await.unwrap();
     let [a, b, c] = ["pod-a", "pod-b", "pod-c"]
         .map(|identity| Operator::start_sharded(client.clone(), identity));
     let apps = Api::<MyApp>::namespaced(client.clone(), NS);
@@ -188,7 +178,8 @@ async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_whose_lease_stops_being_renewed_loses_its_myapps_once_it_expires() {
-    let (_env, _dir, client) = environment().await;
+    let (env, _dir) = dev_environment().await;
+    let client = env.client().await.unwrap();
     // A replica that crashed a moment ago: its shard Lease, renewed now for 3 s, and its MyApps.
     let leases = Api::<Lease>::namespaced(client.clone(), "myapp-system");
     let ghost = Lease {
