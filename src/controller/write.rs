@@ -16,7 +16,7 @@ use crate::{
     fence::Gate,
     metrics::Metrics,
     recent::RecentWrites,
-    shard::{DRAIN_LABEL, SHARD_LABEL},
+    shard::{DRAIN_LABEL, SHARD_LABEL, sharder},
 };
 
 /// What became of one planned write.
@@ -198,17 +198,17 @@ impl Writer {
         app: &ObjectRef<CachedMyApp>,
         version: Option<&str>,
     ) -> Result<(), kube::Error> {
-        let patch = serde_json::json!({
-            "metadata": {
-                "resourceVersion": version,
-                "labels": { SHARD_LABEL: null, DRAIN_LABEL: null },
-            },
-        });
-        let request = kube::core::Request::new(MyApp::url_path(&(), app.namespace.as_deref()))
-            .patch(&app.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .map_err(kube::Error::BuildRequest)?;
-        let request = self.gate.pass(request, "patch")?;
-        self.client.request_text(request).await?;
+        let namespace = app.namespace.as_deref().unwrap_or_default();
+        let labels = serde_json::json!({ SHARD_LABEL: null, DRAIN_LABEL: null });
+        sharder::relabel(
+            &self.client,
+            &self.gate,
+            namespace,
+            &app.name,
+            version,
+            labels,
+        )
+        .await?;
         self.metrics.wrote("shard_release");
         Ok(())
     }

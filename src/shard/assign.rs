@@ -9,7 +9,7 @@
 //! at once: a shard stops writing before its Lease expires (its write gate closes at the renew
 //! deadline), and membership drops it only after the Lease's duration.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::ring::Ring;
 
@@ -31,11 +31,10 @@ pub enum Move {
 }
 
 /// What the sharder does next for the MyApp `namespace/name` with `labels`, given the `ring`
-/// of the `live` shards; nothing when the MyApp is where the ring puts it, when its shard has
-/// yet to answer a drain, or when no shard is live.
+/// of the live shards; nothing when the MyApp is where the ring puts it, when its shard has yet
+/// to answer a drain, or when no shard is live.
 pub fn next_move(
     ring: &Ring,
-    live: &BTreeSet<&str>,
     namespace: &str,
     name: &str,
     labels: &BTreeMap<String, String>,
@@ -49,7 +48,7 @@ pub fn next_move(
     match held_by {
         // Unassigned, or its shard let go of it or is gone.
         None => Some(Move::Assign(wanted.to_owned())),
-        Some(shard) if !live.contains(shard) => Some(Move::Assign(wanted.to_owned())),
+        Some(shard) if !ring.has(shard) => Some(Move::Assign(wanted.to_owned())),
         Some(shard) if shard == wanted => draining.then_some(Move::Keep),
         // A live shard holds it: only that shard may give it up.
         Some(_) if draining => None,
@@ -59,6 +58,8 @@ pub fn next_move(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use proptest::prelude::*;
 
     use super::*;
@@ -70,19 +71,19 @@ mod tests {
             .collect()
     }
 
-    /// Three live shards, the shard the ring gives `team-a/web`, and another of the three.
-    fn setup() -> (Ring, BTreeSet<&'static str>, &'static str, &'static str) {
+    /// The ring of three live shards, the shard it gives `team-a/web`, and another of the three.
+    fn setup() -> (Ring, &'static str, &'static str) {
         let shards = ["pod-0", "pod-1", "pod-2"];
         let ring = Ring::new(shards);
         let wanted = ring.shard_for("team-a", "web").unwrap();
         let wanted = shards.into_iter().find(|s| *s == wanted).unwrap();
         let other = shards.into_iter().find(|s| *s != wanted).unwrap();
-        (ring, BTreeSet::from(shards), wanted, other)
+        (ring, wanted, other)
     }
 
     #[test]
     fn an_unassigned_myapp_or_one_on_a_gone_shard_is_assigned_at_once() {
-        let (ring, live, wanted, _) = setup();
+        let (ring, wanted, _) = setup();
         let assign = Some(Move::Assign(wanted.to_owned()));
         for found in [
             labels(&[]),
@@ -90,35 +91,32 @@ mod tests {
             labels(&[(SHARD_LABEL, "pod-gone")]),
             labels(&[(SHARD_LABEL, "pod-gone"), (DRAIN_LABEL, "true")]),
         ] {
-            assert_eq!(next_move(&ring, &live, "team-a", "web", &found), assign);
+            assert_eq!(next_move(&ring, "team-a", "web", &found), assign);
         }
     }
 
     #[test]
     fn a_myapp_on_its_shard_stays_and_a_drain_the_ring_took_back_is_withdrawn() {
-        let (ring, live, wanted, _) = setup();
+        let (ring, wanted, _) = setup();
         let on = labels(&[(SHARD_LABEL, wanted)]);
-        assert_eq!(next_move(&ring, &live, "team-a", "web", &on), None);
+        assert_eq!(next_move(&ring, "team-a", "web", &on), None);
         let draining = labels(&[(SHARD_LABEL, wanted), (DRAIN_LABEL, "true")]);
         assert_eq!(
-            next_move(&ring, &live, "team-a", "web", &draining),
+            next_move(&ring, "team-a", "web", &draining),
             Some(Move::Keep)
         );
     }
 
     #[test]
     fn a_myapp_on_another_live_shard_is_drained_and_left_to_it_until_it_lets_go() {
-        let (ring, live, wanted, other) = setup();
+        let (ring, wanted, other) = setup();
         let held = labels(&[(SHARD_LABEL, other)]);
-        assert_eq!(
-            next_move(&ring, &live, "team-a", "web", &held),
-            Some(Move::Drain)
-        );
+        assert_eq!(next_move(&ring, "team-a", "web", &held), Some(Move::Drain));
         let draining = labels(&[(SHARD_LABEL, other), (DRAIN_LABEL, "true")]);
-        assert_eq!(next_move(&ring, &live, "team-a", "web", &draining), None);
+        assert_eq!(next_move(&ring, "team-a", "web", &draining), None);
         // The shard let go: both labels removed.
         assert_eq!(
-            next_move(&ring, &live, "team-a", "web", &labels(&[])),
+            next_move(&ring, "team-a", "web", &labels(&[])),
             Some(Move::Assign(wanted.to_owned()))
         );
     }
@@ -127,10 +125,7 @@ mod tests {
     fn without_a_live_shard_nothing_moves() {
         let ring = Ring::new(Vec::<&str>::new());
         let found = labels(&[(SHARD_LABEL, "pod-0")]);
-        assert_eq!(
-            next_move(&ring, &BTreeSet::new(), "team-a", "web", &found),
-            None
-        );
+        assert_eq!(next_move(&ring, "team-a", "web", &found), None);
     }
 
     proptest! {
@@ -155,7 +150,7 @@ mod tests {
             }
             for _ in 0..4 {
                 let holder = found.get(SHARD_LABEL).cloned();
-                match next_move(&ring, &live, "ns", &name, &found) {
+                match next_move(&ring, "ns", &name, &found) {
                     None => {
                         if !found.contains_key(DRAIN_LABEL) {
                             break;

@@ -62,6 +62,11 @@ impl Ring {
         self.shards.iter().map(AsRef::as_ref)
     }
 
+    /// Whether `shard` is on the ring: a live shard.
+    pub fn has(&self, shard: &str) -> bool {
+        self.shards.binary_search_by(|s| (**s).cmp(shard)).is_ok()
+    }
+
     /// The shard that reconciles the MyApp `namespace/name`, if any shard is live.
     pub fn shard_for(&self, namespace: &str, name: &str) -> Option<&str> {
         let key = key_hash(namespace, name);
@@ -138,6 +143,7 @@ mod tests {
         let ring = Ring::new(["b", "c", "a"]);
         assert_eq!(ring, Ring::new(["a", "b", "c", "b"]));
         assert_eq!(ring.shards().collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(ring.has("b") && !ring.has("d") && !ring.has(""));
     }
 
     /// Assignments are written into labels, so a build that hashed differently would move

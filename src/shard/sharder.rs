@@ -116,6 +116,9 @@ struct Sharder {
     leases_listed: bool,
     /// The shard Leases a (re)list under way has shown.
     listing: BTreeSet<String>,
+    /// The live shards, rebuilt on every Lease event and expiry, and all a move decision reads
+    /// of membership: a shard that expired a moment ago still counts until then, which only
+    /// holds its MyApps back for that moment (a live holder is drained, never overruled).
     ring: Ring,
 }
 
@@ -177,9 +180,8 @@ impl Sharder {
         if !self.leases_listed {
             return;
         }
-        let live = self.members.live(self.gate.now());
         let (namespace, name) = (app.namespace().unwrap_or_default(), app.name_any());
-        let Some(step) = next_move(&self.ring, &live, &namespace, &name, app.labels()) else {
+        let Some(step) = next_move(&self.ring, &namespace, &name, app.labels()) else {
             return;
         };
         let labels = match &step {
@@ -187,7 +189,16 @@ impl Sharder {
             Move::Drain => json!({ DRAIN_LABEL: "true" }),
             Move::Keep => json!({ DRAIN_LABEL: null }),
         };
-        match self.relabel(app, &namespace, &name, labels).await {
+        let version = app.resource_version();
+        let relabelled = relabel(
+            &self.client,
+            &self.gate,
+            &namespace,
+            &name,
+            version.as_deref(),
+            labels,
+        );
+        match relabelled.await {
             Ok(()) => {
                 self.metrics.wrote("shard_move");
                 debug!(%namespace, %name, ?step, "Moved");
@@ -197,22 +208,24 @@ impl Sharder {
             Err(error) => warn!(%namespace, %name, ?step, %error, "Shard label write failed"),
         }
     }
+}
 
-    async fn relabel(
-        &self,
-        app: &AppMeta,
-        namespace: &str,
-        name: &str,
-        labels: Value,
-    ) -> Result<(), kube::Error> {
-        let patch = json!({
-            "metadata": { "resourceVersion": app.resource_version(), "labels": labels },
-        });
-        let request = kube::core::Request::new(MyApp::url_path(&(), Some(namespace)))
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .map_err(kube::Error::BuildRequest)?;
-        let request = self.gate.pass(request, "patch")?;
-        self.client.request_text(request).await?;
-        Ok(())
-    }
+/// Changes the `labels` of the MyApp `namespace/name` (a label set to null is removed) in one
+/// merge patch that expects `version`, once `gate` lets it through: the one write sharding
+/// makes, by the sharder and by a shard letting a MyApp go. The answer is not read.
+pub async fn relabel(
+    client: &Client,
+    gate: &Gate,
+    namespace: &str,
+    name: &str,
+    version: Option<&str>,
+    labels: Value,
+) -> Result<(), kube::Error> {
+    let patch = json!({ "metadata": { "resourceVersion": version, "labels": labels } });
+    let request = kube::core::Request::new(MyApp::url_path(&(), Some(namespace)))
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .map_err(kube::Error::BuildRequest)?;
+    let request = gate.pass(request, "patch")?;
+    client.request_text(request).await?;
+    Ok(())
 }
