@@ -293,6 +293,14 @@ pub struct LeaderArgs {
     /// --lease-renew-deadline.
     #[arg(long, env = "MYAPP_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     pub lease_retry_period: Duration,
+    /// Spread the MyApps over every replica instead of reconciling them all on the Lease
+    /// holder: each replica reconciles its own shard under a shard Lease of its own
+    /// (`<lease-name>-shard-<identity>`), and the Lease holder assigns MyApps to the live
+    /// shards. Needs --leader-elect and the permissions of `deploy/sharding/`.
+    /// `--sharding` alone means true.
+    #[arg(long, env = "MYAPP_SHARDING", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub sharding: bool,
 }
 
 impl LeaderArgs {
@@ -304,6 +312,20 @@ impl LeaderArgs {
             self.lease_renew_deadline,
             self.lease_retry_period,
         )
+    }
+
+    /// Where the shard Leases are, with sharding on (`None` with it off).
+    pub fn sharder(&self) -> Result<Option<crate::shard::sharder::Config>, crate::Error> {
+        if !self.sharding {
+            return Ok(None);
+        }
+        if !self.leader_elect {
+            return Err(crate::Error::ShardingWithoutElection);
+        }
+        Ok(Some(crate::shard::sharder::Config {
+            namespace: self.lease_namespace.clone(),
+            lease_prefix: format!("{}-shard-", self.lease_name),
+        }))
     }
 }
 
@@ -419,6 +441,30 @@ mod tests {
         assert!(elect(&["myapp-operator", "run", "--leader-elect"]));
         assert!(elect(&["myapp-operator", "run", "--leader-elect=true"]));
         assert!(!elect(&["myapp-operator", "run", "--leader-elect=false"]));
+    }
+
+    #[test]
+    fn sharding_is_off_by_default_and_needs_the_election() {
+        let sharder = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Run(run) => run.leader.sharder(),
+            _ => unreachable!(),
+        };
+        assert!(sharder(&["myapp-operator", "run"]).unwrap().is_none());
+        let on = sharder(&["myapp-operator", "run", "--sharding", "--lease-name=ops"])
+            .unwrap()
+            .expect("sharding on");
+        assert_eq!(on.lease_name("pod-0"), "ops-shard-pod-0");
+        assert_eq!(on.namespace, "myapp-system");
+        let refused = sharder(&[
+            "myapp-operator",
+            "run",
+            "--sharding",
+            "--leader-elect=false",
+        ]);
+        assert!(
+            matches!(refused, Err(crate::Error::ShardingWithoutElection)),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -76,6 +76,11 @@ pub enum Error {
     /// The lease timing flags would let two replicas write at once.
     #[error("invalid lease timing: {0}")]
     LeaseTiming(String),
+    /// `--sharding` without an election: nothing would assign MyApps to shards.
+    #[error(
+        "--sharding needs --leader-elect: each replica holds a shard Lease, and the holder of the operator's Lease assigns MyApps to the shards"
+    )]
+    ShardingWithoutElection,
     // --- telemetry ---
     /// The `--log-level` filter does not parse.
     #[error(

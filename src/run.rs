@@ -58,6 +58,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     } else {
         None
     };
+    let sharder = args.leader.sharder()?;
     let client = client().await?;
     let parts = Parts::new();
 
@@ -86,13 +87,27 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     info!(addr = %server.local_addr(), "Webhook serving");
 
     let stop_controller = CancellationToken::new();
-    let controller_task = tokio::spawn(reconcile_while_leading(
-        client,
-        controller_config(&args.controller, Some(identity)),
-        lease,
-        parts.clone(),
-        stop_controller.clone(),
-    ));
+    let config = controller_config(&args.controller, Some(identity));
+    let controller_task = match (lease, sharder) {
+        (Some(lease), Some(sharder)) => {
+            info!(lease = %sharder.lease_name(&lease.identity), "Sharding: reconciling this replica's shard");
+            tokio::spawn(shard_while_leading(
+                client,
+                config,
+                lease,
+                sharder,
+                parts.clone(),
+                stop_controller.clone(),
+            ))
+        }
+        (lease, _) => tokio::spawn(reconcile_while_leading(
+            client,
+            config,
+            lease,
+            parts.clone(),
+            stop_controller.clone(),
+        )),
+    };
 
     let shutdown = async {
         signals.first().await;

@@ -21,7 +21,16 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::{DRAIN_LABEL, Members, Move, Ring, SHARD_LABEL, next_move};
-use crate::{crd::MyApp, fence::Gate, metrics::Metrics};
+use crate::{crd::MyApp, fence::Gate, metrics::Metrics, permission::Permission};
+
+/// What sharding needs beyond the controller's and the election's permissions: the sharder
+/// and a shard letting a MyApp go patch MyApps' labels, and the sharder lists and watches the
+/// shard Leases in the operator's namespace (`deploy/sharding/` grants these).
+pub const PERMISSIONS: &[Permission] = &[
+    Permission::cluster("example.com", "myapps", "patch"),
+    Permission::namespaced("coordination.k8s.io", "leases", "list"),
+    Permission::namespaced("coordination.k8s.io", "leases", "watch"),
+];
 
 /// A MyApp as the sharder sees it: its metadata.
 type AppMeta = PartialObjectMeta<MyApp>;

@@ -94,6 +94,18 @@ fn run_without_certificates_names_the_cert_dir_flag_and_the_certs_command() {
 }
 
 #[test]
+fn run_with_sharding_but_no_election_names_both_flags_before_anything_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kubeconfig, _) = unreachable_kubeconfig(dir.path());
+    let args = ["--sharding", "--leader-elect=false"];
+    let (code, said) = run_for(&kubeconfig, &args, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{said}");
+    for part in ["--sharding needs --leader-elect", "shard Lease"] {
+        assert!(said.contains(part), "{part:?} missing from: {said}");
+    }
+}
+
+#[test]
 fn run_on_a_webhook_port_in_use_names_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let (kubeconfig, _) = unreachable_kubeconfig(dir.path());

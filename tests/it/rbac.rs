@@ -40,14 +40,14 @@ const NS: &str = "default";
 const OPERATOR_AGENT: &str = "myapp-operator/rbac-test";
 
 /// (apiGroup, resource or resource/subresource, verb), as RBAC spells a permission.
-type Permission = (String, String, String);
+pub(crate) type Permission = (String, String, String);
 
-fn perm(group: &str, resource: &str, verb: &str) -> Permission {
+pub(crate) fn perm(group: &str, resource: &str, verb: &str) -> Permission {
     (group.into(), resource.into(), verb.into())
 }
 
 /// The permissions the Kubernetes authorizer checks for one logged request.
-fn checked_permissions(record: &RequestRecord) -> Vec<Permission> {
+pub(crate) fn checked_permissions(record: &RequestRecord) -> Vec<Permission> {
     let group = api_group(&record.path);
     let resource = match (&record.resource, &record.subresource) {
         (Some(r), Some(s)) => format!("{r}/{s}"),
@@ -76,7 +76,7 @@ fn api_group(path: &str) -> String {
     }
 }
 
-fn granted(rules: &[PolicyRule]) -> BTreeSet<Permission> {
+pub(crate) fn granted(rules: &[PolicyRule]) -> BTreeSet<Permission> {
     let mut out = BTreeSet::new();
     for rule in rules {
         for group in rule.api_groups.iter().flatten() {
@@ -239,7 +239,7 @@ async fn rbac_yaml_grants_exactly_what_the_operator_requests_over_a_whole_life_c
     compare(&used, &table);
 }
 
-fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
+pub(crate) fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
     let missing: Vec<&Permission> = used.difference(granted).collect();
     assert!(
         missing.is_empty(),
@@ -254,7 +254,11 @@ fn compare(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) {
 
 /// `deploy/base/rbac.yaml` without one verb of one rule (the rule goes when no verb is left).
 pub(crate) fn rbac_documents_without(removed: &Permission) -> Vec<Value> {
-    let mut documents = crate::support::install::rbac_documents();
+    without(crate::support::install::rbac_documents(), removed)
+}
+
+/// RBAC `documents` without one verb of one rule (the rule goes when no verb is left).
+pub(crate) fn without(mut documents: Vec<Value>, removed: &Permission) -> Vec<Value> {
     for doc in &mut documents {
         if !matches!(doc["kind"].as_str(), Some("ClusterRole" | "Role")) {
             continue;

@@ -2,20 +2,26 @@
 //! letting go of a MyApp the sharder drains so that another shard takes it over, and replicas
 //! whose sharder spreads MyApps over the live shards and moves a stopped replica's.
 
+use crate::rbac::{Permission, checked_permissions, compare, granted, perm, without};
 use crate::support::operator;
-use crate::support::{converge, dev_environment};
+use crate::support::{converge, dev_environment, install};
 
 use converge::{converged, eventually};
 use operator::Operator;
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
 
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         coordination::v1::{Lease, LeaseSpec},
         core::v1::Service,
+        rbac::v1::PolicyRule,
     },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
@@ -23,12 +29,13 @@ use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
+use kube_sandbox::RequestRecord;
 use myapp_operator::{
     crd::{MyApp, Phase},
     metrics::WriteLabels,
-    shard::{DRAIN_LABEL, SHARD_LABEL},
+    shard::{DRAIN_LABEL, SHARD_LABEL, sharder},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 const NS: &str = "default";
 
@@ -224,4 +231,158 @@ async fn all_on(apps: &Api<MyApp>, shard: &str) {
             .then_some(())
     })
     .await;
+}
+
+/// The documents of `deploy/base/rbac.yaml` and `deploy/sharding/rbac.yaml`: what a sharded
+/// install grants the operator.
+fn sharded_rbac_documents() -> Vec<Value> {
+    let mut documents = install::rbac_documents();
+    documents.extend(install::deploy_documents("sharding/rbac.yaml"));
+    documents
+}
+
+/// Every permission the ClusterRoles and Roles of `documents` grant.
+fn granted_by(documents: &[Value]) -> BTreeSet<Permission> {
+    let mut out = BTreeSet::new();
+    for doc in documents {
+        if matches!(doc["kind"].as_str(), Some("ClusterRole" | "Role")) {
+            let rules: Vec<PolicyRule> =
+                serde_json::from_value(doc["rules"].clone()).unwrap_or_default();
+            out.extend(granted(&rules));
+        }
+    }
+    out
+}
+
+/// A sandbox over HTTPS with the CRD, RBAC `documents` enforced, and bound tokens of the
+/// operator's ServiceAccount for replicas `replica-0` to `replica-3`.
+struct Enforced {
+    sandbox: kube_sandbox::Sandbox,
+    served: kube_sandbox::Served,
+    admin: kube::Client,
+}
+
+impl Enforced {
+    async fn start(documents: Vec<Value>) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = kube_sandbox::Sandbox::builder().namespace("myapp-system");
+        for i in 0..4 {
+            builder = builder.service_account_token(
+                &format!("replica-{i}"),
+                "myapp-system",
+                "myapp-operator",
+            );
+        }
+        let sandbox = builder.build();
+        let served = sandbox
+            .serve_tls("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let admin = install::client_for(&served.kubeconfig()).await;
+        Api::<CustomResourceDefinition>::all(admin.clone())
+            .create(
+                &PostParams::default(),
+                &<MyApp as kube::CustomResourceExt>::crd(),
+            )
+            .await
+            .unwrap();
+        install::apply(&admin, documents).await;
+        Self {
+            sandbox,
+            served,
+            admin,
+        }
+    }
+
+    /// A sharded replica as `replica-<n>`, with its own token.
+    async fn replica(&self, n: usize) -> Operator {
+        let identity = format!("replica-{n}");
+        let kubeconfig = self.served.kubeconfig_for_token(&identity).unwrap();
+        Operator::start_sharded(install::client_for(&kubeconfig).await, &identity)
+    }
+
+    /// Every request the replicas made.
+    fn replica_requests(&self) -> Vec<RequestRecord> {
+        self.sandbox
+            .faults()
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.token_id
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with("replica-"))
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_replicas_need_exactly_the_base_and_sharding_rbac_and_meet_no_refusal() {
+    let documents = sharded_rbac_documents();
+    let cluster = Enforced::start(documents.clone()).await;
+    let apps = Api::<MyApp>::namespaced(cluster.admin.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(cluster.admin.clone(), NS);
+    // One replica takes every MyApp; a second one joins (drains and let-gos move about half
+    // to it) and leaves again (they move back).
+    let first = cluster.replica(0).await;
+    let names: Vec<String> = (0..8).map(|i| format!("app-{i}")).collect();
+    for name in &names {
+        apps.create(&PostParams::default(), &MyApp::test(name))
+            .await
+            .unwrap();
+    }
+    placed(&apps, &deployments, &names).await;
+    let second = cluster.replica(1).await;
+    eventually("replica-1 takes some MyApps", || async {
+        let all = apps.list(&Default::default()).await.ok()?;
+        all.items
+            .iter()
+            .any(|app| shard_of(&app.metadata).as_deref() == Some("replica-1"))
+            .then_some(())
+    })
+    .await;
+    placed(&apps, &deployments, &names).await;
+    second.stop().await;
+    all_on(&apps, "replica-0").await;
+    placed(&apps, &deployments, &names).await;
+    first.stop().await;
+
+    let requests = cluster.replica_requests();
+    let refused: Vec<String> = requests
+        .iter()
+        .filter(|r| matches!(r.status, 401 | 403))
+        .map(|r| format!("{} {} -> {}", r.verb, r.path, r.status))
+        .collect();
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+    let used: BTreeSet<Permission> = requests.iter().flat_map(checked_permissions).collect();
+    compare(&used, &granted_by(&documents));
+    // The tables `check` asks the API server about for a sharded install.
+    let table: BTreeSet<Permission> = myapp_operator::check::operator_permissions()
+        .chain(sharder::PERMISSIONS)
+        .map(|p| perm(p.group, p.resource, p.verb))
+        .collect();
+    compare(&used, &table);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_sharding_adds_is_needed_removing_it_draws_its_403() {
+    let added: BTreeSet<Permission> = granted_by(&install::deploy_documents("sharding/rbac.yaml"));
+    assert_eq!(added.len(), sharder::PERMISSIONS.len(), "{added:?}");
+    for removed in added {
+        let cluster = Enforced::start(without(sharded_rbac_documents(), &removed)).await;
+        let apps = Api::<MyApp>::namespaced(cluster.admin.clone(), NS);
+        apps.create(&PostParams::default(), &MyApp::test("web"))
+            .await
+            .unwrap();
+        let replica = cluster.replica(0).await;
+        eventually(&format!("a 403 for {removed:?}"), || async {
+            cluster
+                .replica_requests()
+                .iter()
+                .any(|r| r.status == 403 && checked_permissions(r).contains(&removed))
+                .then_some(())
+        })
+        .await;
+        replica.stop().await;
+    }
 }
