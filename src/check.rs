@@ -11,6 +11,7 @@ mod children;
 mod controller;
 mod rbac;
 pub mod report;
+mod shards;
 pub mod target;
 mod webhook;
 
@@ -36,6 +37,7 @@ pub async fn run(args: &CheckArgs) -> Result<Report, Error> {
         probe_namespace: args.probe_namespace.clone(),
         lag_bound: args.lag_bound,
         install: target::Install::Cluster,
+        sharding: false,
     };
     Ok(check(&client, &target).await)
 }
@@ -47,8 +49,12 @@ pub async fn check(client: &Client, target: &Target) -> Report {
     if !reachable {
         return Report::new(vec![api]);
     }
+    let install = target::install(client, &target.namespace).await;
+    let sharding = !matches!(install, target::Install::Dev { .. })
+        && shards::enabled(client, &target.namespace).await;
     let target = &Target {
-        install: target::install(client, &target.namespace).await,
+        install,
+        sharding,
         ..target.clone()
     };
     if target.is_dev() {
@@ -67,6 +73,9 @@ pub async fn check(client: &Client, target: &Target) -> Report {
     groups.push(webhook);
     groups.push(cert_manager::checks(client, target, &configurations).await);
     groups.push(controller::checks(client, target).await);
+    if target.sharding {
+        groups.push(shards::checks(client, target, crd_installed).await);
+    }
     groups.push(children::checks(client, target, crd_installed).await);
     Report::new(groups)
 }

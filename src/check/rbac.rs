@@ -37,7 +37,14 @@ pub async fn checks(client: &Client, target: &Target) -> Group {
         names::SERVICE_ACCOUNT
     );
     let mut checks = Vec::new();
-    for permission in operator_permissions() {
+    let sharding = crate::shard::sharder::PERMISSIONS
+        .iter()
+        .filter(|_| target.sharding)
+        .map(|p| (p, Grant::Sharding));
+    let all = operator_permissions()
+        .map(|p| (p, Grant::Base))
+        .chain(sharding);
+    for (permission, grant) in all {
         let review = review(&user, &target.namespace, permission);
         let id = format!(
             "rbac.{}/{}/{}",
@@ -66,7 +73,7 @@ pub async fn checks(client: &Client, target: &Target) -> Group {
                 checks.push(Check::fail(
                     id,
                     format!("{} may not {what}{reason}", names::SERVICE_ACCOUNT),
-                    missing_rule(permission, &target.namespace),
+                    missing_rule(permission, grant, &target.namespace),
                     "rbac",
                 ));
             }
@@ -138,16 +145,35 @@ fn describe(permission: &Permission, namespace: &str) -> String {
     format!("{} {resource} {scope}", permission.verb)
 }
 
+/// Which manifest grants a permission.
+#[derive(Clone, Copy)]
+enum Grant {
+    /// `deploy/base/rbac.yaml`: every install.
+    Base,
+    /// `deploy/sharding/rbac.yaml`: what sharding adds.
+    Sharding,
+}
+
 /// The exact rule that grants the permission, and where it goes.
-fn missing_rule(permission: &Permission, namespace: &str) -> String {
+fn missing_rule(permission: &Permission, grant: Grant, namespace: &str) -> String {
+    let (cluster_role, role, file) = match grant {
+        Grant::Base => (
+            names::CLUSTER_ROLE,
+            names::LEADER_ROLE,
+            "deploy/base/rbac.yaml",
+        ),
+        Grant::Sharding => (
+            names::SHARDING_ROLE,
+            names::SHARDING_ROLE,
+            "deploy/sharding/rbac.yaml",
+        ),
+    };
     let role = match permission.scope {
-        Scope::Cluster => format!("the ClusterRole {}", names::CLUSTER_ROLE),
-        Scope::OperatorNamespace => {
-            format!("the Role {} in {namespace}", names::LEADER_ROLE)
-        }
+        Scope::Cluster => format!("the ClusterRole {cluster_role}"),
+        Scope::OperatorNamespace => format!("the Role {role} in {namespace}"),
     };
     format!(
-        "add the rule {} to {role} (deploy/base/rbac.yaml has it: kubectl apply -f deploy/base/rbac.yaml)",
+        "add the rule {} to {role} ({file} has it: kubectl apply -f {file})",
         permission.rule()
     )
 }
@@ -160,8 +186,13 @@ mod tests {
     fn a_missing_permission_names_the_rule_and_the_role() {
         let lease = Permission::namespaced("coordination.k8s.io", "leases", "update");
         assert_eq!(
-            missing_rule(&lease, "myapp-system"),
+            missing_rule(&lease, Grant::Base, "myapp-system"),
             "add the rule {apiGroups: [\"coordination.k8s.io\"], resources: [\"leases\"], verbs: [\"update\"]} to the Role myapp-operator-leader-election in myapp-system (deploy/base/rbac.yaml has it: kubectl apply -f deploy/base/rbac.yaml)"
+        );
+        let relabel = Permission::cluster("example.com", "myapps", "patch");
+        assert_eq!(
+            missing_rule(&relabel, Grant::Sharding, "myapp-system"),
+            "add the rule {apiGroups: [\"example.com\"], resources: [\"myapps\"], verbs: [\"patch\"]} to the ClusterRole myapp-operator-sharding (deploy/sharding/rbac.yaml has it: kubectl apply -f deploy/sharding/rbac.yaml)"
         );
         let status = Permission::cluster("example.com", "myapps/status", "patch");
         assert_eq!(

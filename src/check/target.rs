@@ -15,6 +15,8 @@ pub mod names {
     pub const CLUSTER_ROLE: &str = "myapp-operator";
     /// The leader-election Role.
     pub const LEADER_ROLE: &str = "myapp-operator-leader-election";
+    /// The ClusterRole and the Role (in the operator's namespace) of `deploy/sharding/`.
+    pub const SHARDING_ROLE: &str = "myapp-operator-sharding";
     /// Both webhook configurations (cluster-scoped).
     pub const WEBHOOK_CONFIGURATION: &str = "myapp-operator";
     /// The Service the webhook configurations call.
@@ -103,6 +105,8 @@ pub struct Target {
     pub lag_bound: Duration,
     /// What kind of installation this is ([`install`] reads it before the checks run).
     pub install: Install,
+    /// Whether the operator's Deployment turns sharding on (read before the checks run).
+    pub sharding: bool,
 }
 
 impl Target {

@@ -16,7 +16,7 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
-    Api,
+    Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use myapp_operator::{
@@ -460,4 +460,84 @@ async fn without_each_rbac_rule_exactly_its_check_fails_naming_the_rule_to_add()
         }
     }
     install.served.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharding_turned_on_is_checked_permissions_shards_and_every_myapps_place() {
+    let mut install = Install::healthy().await;
+    // The Deployment turned to sharding (the component applied by half: no permissions, and
+    // the pods not restarted): each missing part fails its own check.
+    let deployments = Api::<Deployment>::namespaced(install.admin.clone(), NS);
+    let sharding_env = json!({"spec": {"template": {"spec": {"containers": [{
+        "name": "operator", "env": [{"name": "MYAPP_SHARDING", "value": "true"}]}]}}}});
+    deployments
+        .patch(
+            "myapp-operator",
+            &PatchParams::default(),
+            &Patch::Strategic(sharding_env),
+        )
+        .await
+        .unwrap();
+    let half = install.report().await;
+    assert_eq!(
+        failed(&half),
+        set(&[
+            "rbac.example.com/myapps/patch",
+            "rbac.coordination.k8s.io/leases/list",
+            "rbac.coordination.k8s.io/leases/watch",
+            "sharding.shards",
+        ]),
+        "{}",
+        half.json
+    );
+    let (_, _, fix) = half.get("rbac.example.com/myapps/patch");
+    assert!(
+        fix.contains("ClusterRole myapp-operator-sharding (deploy/sharding/rbac.yaml"),
+        "{fix}"
+    );
+    // web, on no shard for longer than the check's bound (timestamps count whole seconds):
+    // nobody reconciles it.
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let ran = install.check(&["-o", "json", "--lag-bound", "0s"]).await;
+    assert!(
+        ran.stdout.contains("default/web (on no shard"),
+        "{}",
+        ran.stdout
+    );
+
+    // The whole component: its permissions, and the replica restarted with sharding on.
+    crate::support::install::apply(
+        &install.admin,
+        crate::support::install::deploy_documents("sharding/rbac.yaml"),
+    )
+    .await;
+    install.replica = None;
+    let (cert, key) = install.pki.serving(-1, 90);
+    let (replica, lines) = install.spawn_replica_with(&cert, &key, &["--sharding"]);
+    install.replica = Some(replica);
+    install.webhook = Some(kube_sandbox::testing::wait_for_addr(
+        &lines,
+        "Webhook serving",
+    ));
+    std::thread::spawn(move || while lines.recv().is_ok() {});
+    install.publish_endpoint(true).await;
+    let apps = Api::<myapp_operator::crd::MyApp>::namespaced(install.admin.clone(), "default");
+    kube_sandbox::testing::eventually("web is on the replica's shard", || async {
+        let web = apps.get("web").await.ok()?;
+        (web.labels()
+            .get(myapp_operator::shard::SHARD_LABEL)
+            .map(String::as_str)
+            == Some(install::IDENTITY))
+        .then_some(())
+    })
+    .await;
+    let sharded = install.report().await;
+    assert!(sharded.failed().is_empty(), "{}", sharded.json);
+    assert!(sharded.with_status("warn").is_empty(), "{}", sharded.json);
+    let (status, shards, _) = sharded.get("sharding.shards");
+    assert_eq!(status, "ok");
+    assert!(shards.contains(install::IDENTITY), "{shards}");
+    assert_eq!(sharded.get("sharding.coverage").0, "ok");
+    assert_eq!(sharded.get("sharding.claims").0, "ok");
+    assert_eq!(sharded.get("rbac.example.com/myapps/patch").0, "ok");
 }

@@ -232,6 +232,16 @@ impl Install {
     /// Starts `myapp-operator run` as the ServiceAccount (leader election on, JSON logs),
     /// serving `cert`; its log lines arrive on the receiver.
     pub fn spawn_replica(&self, cert: &str, key: &str) -> (Reap, Receiver<String>) {
+        self.spawn_replica_with(cert, key, &[])
+    }
+
+    /// [`Install::spawn_replica`] with `extra` flags.
+    pub fn spawn_replica_with(
+        &self,
+        cert: &str,
+        key: &str,
+        extra: &[&str],
+    ) -> (Reap, Receiver<String>) {
         let cert_dir = self.dir.path().join("tls");
         std::fs::create_dir_all(&cert_dir).unwrap();
         std::fs::write(cert_dir.join("tls.crt"), cert).unwrap();
@@ -260,6 +270,7 @@ impl Install {
             ])
             .arg("--cert-dir")
             .arg(&cert_dir)
+            .args(extra)
             .env("KUBECONFIG", &kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,435 @@
+//! Sharding, when the operator's Deployment turns it on: which shards are live, whether every
+//! MyApp is on one of them, and whether any child is claimed by a shard its MyApp is not on.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::{
+    api::{apps::v1::Deployment, coordination::v1::Lease, core::v1::Service},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, ListParams},
+};
+use serde_json::Value;
+
+use super::{
+    report::{Check, Group},
+    target::{Target, api_message, names},
+};
+use crate::{crd::MyApp, resources::FIELD_MANAGER, shard::SHARD_LABEL};
+
+/// The name every shard Lease starts with, for `deploy/`'s Lease name.
+fn lease_prefix() -> String {
+    format!("{}-shard-", names::LEASE)
+}
+
+/// Whether the operator's Deployment turns sharding on (`MYAPP_SHARDING=true` or
+/// `--sharding` on its operator container). A Deployment that cannot be read counts as off:
+/// the Controller group says what is wrong with it.
+pub async fn enabled(client: &Client, namespace: &str) -> bool {
+    // As JSON: the containers' env and args are all that is read.
+    let deployments = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<Deployment>(&()),
+    );
+    let Ok(Some(deployment)) = deployments.get_opt(names::DEPLOYMENT).await else {
+        return false;
+    };
+    deployment
+        .data
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(container_shards)
+}
+
+/// Whether a container's env or args turn sharding on (the last `--sharding` wins, as clap
+/// reads them; the flag overrides the variable).
+fn container_shards(container: &Value) -> bool {
+    let flag = container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|arg| match arg {
+            "--sharding" | "--sharding=true" => Some(true),
+            "--sharding=false" => Some(false),
+            _ => None,
+        })
+        .next_back();
+    let env = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "MYAPP_SHARDING")
+        .map(|e| e["value"] == "true");
+    flag.or(env).unwrap_or(false)
+}
+
+/// The Sharding group.
+pub async fn checks(client: &Client, target: &Target, crd_installed: bool) -> Group {
+    let group = |checks| Group {
+        name: "Sharding",
+        checks,
+    };
+    let ns = &target.namespace;
+    let now = Timestamp::now().as_second();
+    let leases = match Api::<Lease>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(error) => {
+            return group(vec![Check::fail(
+                "sharding.shards",
+                format!(
+                    "the Leases in {ns} cannot be listed: {}",
+                    api_message(&error)
+                ),
+                "run check as a user who may list leases in the operator's namespace",
+                "sharding",
+            )]);
+        }
+    };
+    let shards = Shards::from_leases(&leases, now);
+    let mut checks = vec![shards.check(ns)];
+    if !crd_installed {
+        checks.push(Check::skip(
+            "sharding.coverage",
+            "MyApps cannot be listed without the CRD: skipped",
+        ));
+        return group(checks);
+    }
+    let apps = match Api::<MyApp>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(error) => {
+            checks.push(Check::fail(
+                "sharding.coverage",
+                format!("MyApps cannot be listed: {}", api_message(&error)),
+                "run check as a user who may list myapps in every namespace",
+                "sharding",
+            ));
+            return group(checks);
+        }
+    };
+    let apps: Vec<ObjectMeta> = apps.into_iter().map(|a| a.metadata).collect();
+    checks.push(shards.coverage(&apps, target, now));
+    checks.push(claims(client, &apps).await);
+    group(checks)
+}
+
+/// The shard Leases: live ones by holder, and since when each dead one is dead.
+struct Shards {
+    live: BTreeSet<String>,
+    /// A holder whose Lease ran out: when it did (seconds since the epoch).
+    dead_since: BTreeMap<String, i64>,
+}
+
+impl Shards {
+    fn from_leases(leases: &[Lease], now: i64) -> Self {
+        let prefix = lease_prefix();
+        let mut shards = Self {
+            live: BTreeSet::new(),
+            dead_since: BTreeMap::new(),
+        };
+        for lease in leases {
+            if !lease.name_any().starts_with(&prefix) {
+                continue;
+            }
+            let Some(spec) = &lease.spec else { continue };
+            let Some(holder) = spec.holder_identity.clone().filter(|h| !h.is_empty()) else {
+                continue;
+            };
+            let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
+            let until = renewed.map_or(0, |t| t.0.as_second())
+                + i64::from(spec.lease_duration_seconds.unwrap_or(0));
+            if until >= now {
+                shards.live.insert(holder);
+            } else {
+                shards.dead_since.insert(holder, until);
+            }
+        }
+        shards.dead_since.retain(|h, _| !shards.live.contains(h));
+        shards
+    }
+
+    fn check(&self, ns: &str) -> Check {
+        if self.live.is_empty() {
+            return Check::fail(
+                "sharding.shards",
+                format!(
+                    "no shard is live (no Lease {ns}/{}* is held and renewed): no MyApp is reconciled",
+                    lease_prefix()
+                ),
+                format!(
+                    "kubectl -n {ns} get pods -l app.kubernetes.io/name=myapp-operator; kubectl -n {ns} logs deploy/myapp-operator"
+                ),
+                "sharding",
+            );
+        }
+        Check::ok(
+            "sharding.shards",
+            format!(
+                "{} live shards: {}",
+                self.live.len(),
+                self.live.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    }
+
+    /// Every MyApp on a live shard, or on none (or a dead one) for no longer than the bound.
+    fn coverage(&self, apps: &[ObjectMeta], target: &Target, now: i64) -> Check {
+        const ID: &str = "sharding.coverage";
+        let bound = target.lag_bound.as_secs() as i64;
+        let mut orphans = Vec::new();
+        for app in apps {
+            if app.deletion_timestamp.is_some() {
+                continue;
+            }
+            let shard = app.labels.as_ref().and_then(|l| l.get(SHARD_LABEL));
+            let since = match shard {
+                Some(shard) if self.live.contains(shard) => continue,
+                Some(shard) => self.dead_since.get(shard).copied(),
+                None => None,
+            }
+            .or_else(|| app.creation_timestamp.as_ref().map(|t| t.0.as_second()))
+            .unwrap_or(now);
+            if now - since > bound {
+                orphans.push(format!(
+                    "{}/{} ({} for {} s)",
+                    app.namespace.as_deref().unwrap_or_default(),
+                    app.name.as_deref().unwrap_or_default(),
+                    shard.map_or("on no shard".to_owned(), |s| format!("on {s}, not live")),
+                    now - since
+                ));
+            }
+        }
+        if orphans.is_empty() {
+            return Check::ok(
+                ID,
+                format!(
+                    "every MyApp is on a live shard, or was left without one for less than {bound} s ({} MyApps)",
+                    apps.len()
+                ),
+            );
+        }
+        Check::fail(
+            ID,
+            format!(
+                "{} MyApps have been on no live shard for more than {bound} s, so no replica reconciles them: {}",
+                orphans.len(),
+                orphans.join(", ")
+            ),
+            format!(
+                "the holder of the Lease {}/{} assigns them: see the Controller checks and its log",
+                target.namespace,
+                names::LEASE
+            ),
+            "sharding",
+        )
+    }
+}
+
+/// Children that carry another shard's label than their MyApp, so that two shards' watches
+/// see them. A move relabels the children at the new shard's first reconcile, so a moment's
+/// mismatch is normal: this warns rather than fails.
+async fn claims(client: &Client, apps: &[ObjectMeta]) -> Check {
+    const ID: &str = "sharding.claims";
+    let shard_of =
+        |meta: &ObjectMeta| -> Option<String> { meta.labels.as_ref()?.get(SHARD_LABEL).cloned() };
+    let owners: BTreeMap<String, Option<String>> = apps
+        .iter()
+        .filter_map(|app| Some((app.uid.clone()?, shard_of(app))))
+        .collect();
+    let labelled =
+        ListParams::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let deployments = Api::<Deployment>::all(client.clone())
+        .list_metadata(&labelled)
+        .await;
+    let services = Api::<Service>::all(client.clone())
+        .list_metadata(&labelled)
+        .await;
+    let children = match (deployments, services) {
+        (Ok(d), Ok(s)) => d
+            .items
+            .into_iter()
+            .map(|d| ("Deployment", d.metadata))
+            .chain(s.items.into_iter().map(|s| ("Service", s.metadata))),
+        (Err(error), _) | (_, Err(error)) => {
+            return Check::fail(
+                ID,
+                format!("the children cannot be listed: {}", api_message(&error)),
+                "run check as a user who may list deployments and services in every namespace",
+                "sharding",
+            );
+        }
+    };
+    let mut twice = Vec::new();
+    for (kind, child) in children {
+        let owner = child
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == MyApp::kind(&()))
+            .and_then(|o| owners.get(&o.uid));
+        let Some(shard) = owner else { continue };
+        let claimed = shard_of(&child);
+        if claimed.is_some() && claimed != *shard {
+            twice.push(format!(
+                "{kind} {}/{} (on {}, its MyApp on {})",
+                child.namespace.as_deref().unwrap_or_default(),
+                child.name.as_deref().unwrap_or_default(),
+                claimed.unwrap_or_default(),
+                shard.as_deref().unwrap_or("no shard")
+            ));
+        }
+    }
+    if twice.is_empty() {
+        return Check::ok(ID, "no child is claimed by another shard than its MyApp's");
+    }
+    Check::warn(
+        ID,
+        format!(
+            "{} children carry another shard than their MyApp (normal for a moment during a move): {}",
+            twice.len(),
+            twice.join(", ")
+        ),
+        "if it lasts, the MyApp's shard is not reconciling it: see sharding.coverage and that replica's log",
+        "sharding",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::report::Status;
+    use k8s_openapi::{
+        api::coordination::v1::LeaseSpec,
+        apimachinery::pkg::apis::meta::v1::{MicroTime, Time},
+    };
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    fn lease(name: &str, holder: &str, renewed: i64, duration: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(at(renewed))),
+                lease_duration_seconds: Some(duration),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    fn app(name: &str, shard: Option<&str>, created: i64) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            creation_timestamp: Some(Time(at(created))),
+            labels: shard.map(|s| BTreeMap::from([(SHARD_LABEL.to_owned(), s.to_owned())])),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            namespace: "myapp-system".into(),
+            probe_namespace: "default".into(),
+            lag_bound: std::time::Duration::from_secs(300),
+            install: Default::default(),
+            sharding: true,
+        }
+    }
+
+    #[test]
+    fn shards_are_live_while_their_lease_lasts_and_other_leases_are_not_shards() {
+        let shards = Shards::from_leases(
+            &[
+                lease("myapp-operator-shard-a", "a", NOW - 5, 15),
+                lease("myapp-operator-shard-b", "b", NOW - 100, 15),
+                lease("myapp-operator", "a", NOW, 15),
+                lease("other-shard-c", "c", NOW, 15),
+            ],
+            NOW,
+        );
+        assert_eq!(shards.live, BTreeSet::from(["a".to_owned()]));
+        assert_eq!(
+            shards.dead_since,
+            BTreeMap::from([("b".to_owned(), NOW - 85)])
+        );
+        assert_eq!(shards.check("myapp-system").status, Status::Ok);
+        let none = Shards::from_leases(&[], NOW);
+        assert_eq!(none.check("myapp-system").status, Status::Fail);
+    }
+
+    #[test]
+    fn a_myapp_fails_coverage_only_once_it_has_been_on_no_live_shard_past_the_bound() {
+        let shards = Shards::from_leases(
+            &[
+                lease("myapp-operator-shard-a", "a", NOW - 5, 15),
+                lease("myapp-operator-shard-b", "b", NOW - 100, 15),
+            ],
+            NOW,
+        );
+        let healthy = [
+            app("on-a", Some("a"), NOW - 10_000),
+            app("new", None, NOW - 10),
+            app("just-lost", Some("b"), NOW - 10_000),
+        ];
+        let check = shards.coverage(&healthy, &target(), NOW);
+        assert_eq!(check.status, Status::Ok, "{check:?}");
+        let check = shards.coverage(
+            &[
+                app("old", None, NOW - 1_000),
+                app("forgotten", Some("gone"), NOW - 1_000),
+            ],
+            &target(),
+            NOW,
+        );
+        assert_eq!(check.status, Status::Fail);
+        for part in [
+            "default/old (on no shard",
+            "default/forgotten (on gone, not live",
+        ] {
+            assert!(check.message.contains(part), "{part:?}: {}", check.message);
+        }
+        let late = Shards::from_leases(
+            &[lease("myapp-operator-shard-b", "b", NOW - 1_000, 15)],
+            NOW,
+        );
+        let check = late.coverage(&[app("stuck", Some("b"), NOW - 10_000)], &target(), NOW);
+        assert_eq!(check.status, Status::Fail, "{check:?}");
+    }
+
+    #[test]
+    fn sharding_is_on_by_the_variable_or_the_flag_and_the_flag_wins() {
+        let on = |container: Value| container_shards(&container);
+        assert!(!on(serde_json::json!({"name": "operator"})));
+        assert!(on(
+            serde_json::json!({"env": [{"name": "MYAPP_SHARDING", "value": "true"}]})
+        ));
+        assert!(!on(
+            serde_json::json!({"env": [{"name": "MYAPP_SHARDING", "value": "false"}]})
+        ));
+        assert!(on(serde_json::json!({"args": ["run", "--sharding"]})));
+        assert!(!on(serde_json::json!({
+            "args": ["run", "--sharding=false"],
+            "env": [{"name": "MYAPP_SHARDING", "value": "true"}],
+        })));
+    }
+}
