@@ -11,7 +11,7 @@
 //! | `myapp_reconcile_errors_total` | counter | failed reconciles |
 //! | `myapp_reconcile_duration_seconds` | histogram | time of one reconcile |
 //! | `myapp_reconcile_noop_total` | counter | reconciles that wrote nothing (the steady state) |
-//! | `myapp_reconcile_writes_total{target}` | counter | writes by `deployment`, `service`, `status`, `replicas_handoff` |
+//! | `myapp_reconcile_writes_total{target}` | counter | writes by `deployment`, `service`, `status`, `replicas_handoff`; sharding's label writes by `shard_move` (the sharder) and `shard_release` (a shard letting a MyApp go) |
 //! | `myapp_reconciles_in_flight` | gauge | reconciles running now |
 //! | `myapp_reconcile_queue_depth` | gauge | MyApps waiting to be reconciled (approximate: see [`queue`]) |
 //! | `myapp_write_conflicts_total{target}` | counter | writes the API server refused with 409: planned from a version it no longer holds |
@@ -19,6 +19,11 @@
 //! | `myapp_leader` | gauge | 1 while this replica may write: it holds the Lease and its deadline is ahead (read from the clock at scrape time) |
 //! | `myapp_fenced_writes_total`, `myapp_events_dropped_total` | counter | writes the write gate refused, Events dropped unpublished, past the Lease's deadline |
 //! | `myapp_caches_synced` | gauge | 1 once the leading controller's caches hold a full list |
+//! | `myapp_sharding` | gauge | 1 on a replica run with `--sharding` (then `myapp_leader` is about its shard Lease) |
+//! | `myapp_sharder` | gauge | 1 while this replica assigns MyApps to shards (it holds the operator's Lease) |
+//! | `myapp_shard_objects{shard}` | gauge | on the sharder: MyApps labelled for each live shard, recounted at every ring change and every 30 s |
+//! | `myapp_shard_unassigned` | gauge | on the sharder: MyApps on no live shard (unlabelled, or on a shard whose Lease ran out), recounted likewise |
+//! | `myapp_shard_ring_changes_total` | counter | on the sharder: how often the set of live shards changed (the ring's generation) |
 //! | `myapp_webhook_*` | | the webhook server's (see the `webhook` crate's README) |
 //! | `myapp_build_info{version,git_commit,rustc}` | info | always 1 |
 //! | `process_*` | | CPU seconds, resident memory, open and max fds, start time (see [`process`]) |
@@ -99,6 +104,28 @@ struct BuildLabels {
     rustc: &'static str,
 }
 
+/// Labels of `myapp_shard_objects`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    /// The shard: its replica's identity.
+    pub shard: String,
+}
+
+/// Sharding's metrics (all 0 with sharding off).
+#[derive(Debug, Default)]
+pub struct ShardMetrics {
+    /// 1 on a replica run with sharding on.
+    pub enabled: Gauge,
+    /// 1 while this replica runs the sharder.
+    pub sharder: Gauge,
+    /// MyApps labelled for each live shard, as the sharder last counted them.
+    pub objects: Family<ShardLabels, Gauge>,
+    /// MyApps on no live shard, as the sharder last counted them.
+    pub unassigned: Gauge,
+    /// Changes of the set of live shards the sharder saw.
+    pub ring_changes: Counter,
+}
+
 /// Controller metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -128,6 +155,8 @@ pub struct Metrics {
     pub crd_installed: Gauge,
     /// Fights detected: a Deployment rewritten again and again at one generation.
     pub fights: Counter,
+    /// Sharding's.
+    pub shards: ShardMetrics,
 }
 
 impl Metrics {
@@ -149,6 +178,7 @@ impl Metrics {
             caches_synced: Gauge::default(),
             crd_installed: Gauge::default(),
             fights: Counter::default(),
+            shards: ShardMetrics::default(),
         };
         for result in ReconcileResult::ALL {
             let _ = metrics.reconciles.get_or_create(&ResultLabels { result });
@@ -228,6 +258,32 @@ impl Metrics {
             "fights",
             "Fights detected over a Deployment (rewritten at one generation; see the FightDetected Event)",
             metrics.fights.clone(),
+        );
+        let shards = &metrics.shards;
+        registry.register(
+            "sharding",
+            "1 on a replica run with --sharding (myapp_leader then tells its shard Lease)",
+            shards.enabled.clone(),
+        );
+        registry.register(
+            "sharder",
+            "1 while this replica assigns MyApps to shards (it holds the operator's Lease)",
+            shards.sharder.clone(),
+        );
+        registry.register(
+            "shard_objects",
+            "MyApps labelled for each live shard, as the sharder last counted them",
+            shards.objects.clone(),
+        );
+        registry.register(
+            "shard_unassigned",
+            "MyApps on no live shard (unlabelled, or on a shard whose Lease ran out), as the sharder last counted them",
+            shards.unassigned.clone(),
+        );
+        registry.register(
+            "shard_ring_changes",
+            "Changes of the set of live shards the sharder saw (the ring's generation)",
+            shards.ring_changes.clone(),
         );
         metrics
     }

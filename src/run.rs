@@ -325,16 +325,29 @@ pub async fn shard_while_leading(
         gate.clone(),
         stop_election.clone().cancelled_owned(),
     );
+    let gauges = &metrics.shards;
+    gauges.enabled.set(1);
     let assign = async {
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = gate.opened() => {}
             }
-            tokio::select! {
-                () = sharder::run(client.clone(), sharder.clone(), gate.clone(), metrics.clone()) => {}
-                () = gate.closed() => warn!("Lost the lease: stopped assigning shards"),
-                () = stop.cancelled() => break,
+            gauges.sharder.set(1);
+            let stopped = tokio::select! {
+                () = sharder::run(client.clone(), sharder.clone(), gate.clone(), metrics.clone()) => false,
+                () = gate.closed() => {
+                    warn!("Lost the lease: stopped assigning shards");
+                    false
+                }
+                () = stop.cancelled() => true,
+            };
+            // Only the sharder's counts are current: a former one's would raise alerts.
+            gauges.sharder.set(0);
+            gauges.objects.clear();
+            gauges.unassigned.set(0);
+            if stopped {
+                break;
             }
         }
         stop_election.cancel();

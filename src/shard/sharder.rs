@@ -21,7 +21,12 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::{DRAIN_LABEL, Members, Move, Ring, SHARD_LABEL, next_move};
-use crate::{crd::MyApp, fence::Gate, metrics::Metrics, permission::Permission};
+use crate::{
+    crd::MyApp,
+    fence::Gate,
+    metrics::{Metrics, ShardLabels},
+    permission::Permission,
+};
 
 /// What sharding needs beyond the controller's and the election's permissions: the sharder
 /// and a shard letting a MyApp go patch MyApps' labels, and the sharder lists and watches the
@@ -38,6 +43,10 @@ type AppMeta = PartialObjectMeta<MyApp>;
 /// How often every MyApp is looked at again besides what the watches report: a label write
 /// that failed is retried by the next pass.
 const PASS_PERIOD: Duration = Duration::from_secs(30);
+
+/// How often the shard gauges are recounted, when a MyApp changed since (a count reads every
+/// MyApp's labels once).
+const RECOUNT_PERIOD: Duration = Duration::from_secs(5);
 
 /// Where the shard Leases are.
 #[derive(Clone, Debug)]
@@ -89,6 +98,9 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
     };
     tokio::pin!(app_events, lease_events);
     let mut pass = tokio::time::interval(PASS_PERIOD);
+    let mut recount = tokio::time::interval(RECOUNT_PERIOD);
+    // Whether a MyApp or the ring changed since the shard gauges were last set.
+    let mut changed = true;
     loop {
         let expiry = sharder.members.next_expiry(sharder.gate.now());
         let expired = async {
@@ -104,12 +116,19 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
                 None => return,
             },
             event = app_events.try_next() => match event {
-                Ok(Some(app)) => sharder.look_at(&app).await,
+                Ok(Some(app)) => {
+                    sharder.look_at(&app).await;
+                    changed = true;
+                }
                 Ok(None) => return,
                 Err(error) => warn!(%error, "MyApp metadata watch failed"),
             },
             () = expired => sharder.membership_changed(&apps).await,
             _ = pass.tick() => sharder.pass(&apps).await,
+            _ = recount.tick(), if changed && sharder.leases_listed => {
+                sharder.count(&apps.state());
+                changed = false;
+            }
         }
     }
 }
@@ -174,6 +193,8 @@ impl Sharder {
         }
         info!(shards = ?live, "Shard ring changed");
         self.ring = Ring::new(&live);
+        self.metrics.shards.ring_changes.inc();
+        self.count(&apps.state());
         self.pass(apps).await;
     }
 
@@ -182,6 +203,33 @@ impl Sharder {
         for app in apps.state() {
             self.look_at(&app).await;
         }
+    }
+
+    /// Sets the shard gauges from `apps` as they are now.
+    fn count(&self, apps: &[Arc<AppMeta>]) {
+        let mut on: std::collections::BTreeMap<&str, i64> =
+            self.ring.shards().map(|shard| (shard, 0)).collect();
+        let mut unassigned = 0;
+        for app in apps {
+            match app
+                .labels()
+                .get(SHARD_LABEL)
+                .and_then(|s| on.get_mut(s.as_str()))
+            {
+                Some(count) => *count += 1,
+                None => unassigned += 1,
+            }
+        }
+        let gauges = &self.metrics.shards;
+        // Shards that left drop out of the family rather than stay at their last count.
+        gauges.objects.clear();
+        for (shard, count) in on {
+            let labels = ShardLabels {
+                shard: shard.to_owned(),
+            };
+            gauges.objects.get_or_create(&labels).set(count);
+        }
+        gauges.unassigned.set(unassigned);
     }
 
     /// Writes the next label change `app` needs, if any.
