@@ -41,7 +41,7 @@ use axum::Router;
 use k8s_openapi::api::autoscaling::v1::{Scale, ScaleSpec};
 use serde::{Deserialize, Deserializer, Serialize};
 use webhook::{
-    Context, Verdict, Violation,
+    Context, Operation, Verdict, Violation,
     review::{Bounded, at_most, quoted},
 };
 
@@ -51,6 +51,7 @@ use crate::{
         MyAppSpec,
     },
     image::ImageRef,
+    shard::{SHARD_LABEL, view::ShardView},
 };
 
 /// Path of the validating webhook (the deploy manifests point here).
@@ -68,6 +69,9 @@ pub struct AdmissionConfig {
     pub max_replicas: i32,
     /// Env entries added to every MyApp that does not set the name (`--default-env`).
     pub default_env: Vec<EnvVar>,
+    /// With sharding on, this replica's view of the ring: a MyApp being created without a
+    /// shard label gets the shard the ring gives it.
+    pub shards: Option<ShardView>,
 }
 
 impl Default for AdmissionConfig {
@@ -75,6 +79,7 @@ impl Default for AdmissionConfig {
         Self {
             max_replicas: MAX_REPLICAS,
             default_env: Vec::new(),
+            shards: None,
         }
     }
 }
@@ -328,6 +333,27 @@ pub fn default(spec: &mut MyAppSpec, defaults: &[EnvVar]) {
     default_env(&mut spec.env, defaults);
 }
 
+/// Labels a MyApp being created, and not labelled for a shard, with the shard `view` gives
+/// it. Only on CREATE: nobody reconciles a MyApp yet, so no handshake is needed (a MyApp
+/// that lost its label later is the sharder's, which knows whether its shard let it go).
+/// Not with `generateName`: the name, which the ring hashes, is not chosen yet.
+fn stamp_shard(object: &mut Defaulted, context: &Context<'_>, view: &ShardView) {
+    if context.operation != Operation::Create || context.name.is_empty() {
+        return;
+    }
+    let labels = &mut object.metadata.labels;
+    if labels
+        .as_ref()
+        .and_then(|labels| labels.0.as_deref())
+        .is_some_and(|shard| !shard.is_empty())
+    {
+        return;
+    }
+    if let Some(shard) = view.shard_for(context.namespace, context.name) {
+        labels.get_or_insert_default().0 = Some(shard);
+    }
+}
+
 /// [`default`] on the env list alone, which is all the mutating route reads.
 fn default_env(env: &mut Vec<EnvVar>, defaults: &[EnvVar]) {
     for default in defaults {
@@ -385,8 +411,44 @@ pub struct NameOnly {
 /// over the limit (or does not parse) is admitted unchanged; the validating route denies it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Defaulted {
+    /// The metadata: its shard label alone. Always written out, as it always exists, so that
+    /// a label added to an object without labels is patched in as `/metadata/labels`.
+    #[serde(default)]
+    pub metadata: DefaultedMeta,
     /// The spec.
     pub spec: DefaultedSpec,
+}
+
+/// The part of the metadata the mutating route edits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DefaultedMeta {
+    /// The labels, of which only the shard label is read (the others are skipped as they are
+    /// read); `None` when the object has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<ShardLabel>,
+}
+
+/// A label map as the mutating route sees it: the shard label, or nothing. Written out as a
+/// map of that one label, so a patch adds it beside the others without touching them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShardLabel(pub Option<String>);
+
+impl Serialize for ShardLabel {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(usize::from(self.0.is_some())))?;
+        if let Some(shard) = &self.0 {
+            map.serialize_entry(SHARD_LABEL, shard)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ShardLabel {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let labels = crate::cache::ShardLabels::deserialize(deserializer)?;
+        Ok(Self(labels.shard.map(String::from)))
+    }
 }
 
 /// The part of the spec the mutating route edits.
@@ -457,6 +519,7 @@ pub fn validate_scale(new: &Scale, old: Option<&Scale>, limits: &Limits) -> Verd
 pub fn router(config: AdmissionConfig) -> Router {
     let limits = config.limits();
     let defaults = Arc::new(config.default_env);
+    let shards = config.shards;
     Router::new()
         .route(
             VALIDATE_PATH,
@@ -478,8 +541,11 @@ pub fn router(config: AdmissionConfig) -> Router {
         )
         .route(
             MUTATE_PATH,
-            webhook::mutating(move |object: &mut Defaulted, _context| {
+            webhook::mutating(move |object: &mut Defaulted, context| {
                 default_env(&mut object.spec.env, &defaults);
+                if let Some(view) = &shards {
+                    stamp_shard(object, context, view);
+                }
             }),
         )
 }

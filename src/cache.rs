@@ -445,9 +445,11 @@ impl<'de> Deserialize<'de> for CachedMyApp {
 /// What a MyApp's cache keeps of its labels: those that say which shard reconciles it. The
 /// others are skipped as they are read, their keys compared without being copied.
 #[derive(Default)]
-struct ShardLabels {
-    shard: Option<Box<str>>,
-    draining: bool,
+pub(crate) struct ShardLabels {
+    /// The shard label's value.
+    pub(crate) shard: Option<Box<str>>,
+    /// Whether the drain label is set.
+    pub(crate) draining: bool,
 }
 
 impl<'de> Deserialize<'de> for ShardLabels {

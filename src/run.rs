@@ -17,7 +17,7 @@ use crate::{
     fence::{Gate, GateCollector},
     leader,
     metrics::Metrics,
-    shard::sharder,
+    shard::{sharder, view::ShardView},
 };
 
 /// The `User-Agent` of every request the operator makes (kube sets none): the API server's
@@ -71,12 +71,25 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         stop_admin.clone().cancelled_owned(),
     ));
 
+    let mut admission = admission_config(&args.admission);
+    // With sharding on, the webhook labels a new MyApp for its shard from this replica's own
+    // view of the ring. The task ends with the process.
+    if let Some(sharder) = &sharder {
+        let view = ShardView::default();
+        admission.shards = Some(view.clone());
+        tokio::spawn(view.follow(
+            client.clone(),
+            sharder.namespace.clone(),
+            sharder.lease_prefix.clone(),
+        ));
+    }
+
     let stop_webhook = CancellationToken::new();
     let mut config = webhook::ServerConfig::new(args.webhook.webhook_addr, &args.cert_dir);
     config.drain_delay = args.webhook.drain_delay;
     let server = webhook::serve(
         config,
-        admission::router(admission_config(&args.admission)),
+        admission::router(admission),
         parts.webhook_metrics.clone(),
         stop_webhook.clone().cancelled_owned(),
     )
@@ -185,6 +198,7 @@ pub fn admission_config(args: &AdmissionArgs) -> AdmissionConfig {
     AdmissionConfig {
         max_replicas: args.max_replicas,
         default_env: args.default_env.clone(),
+        shards: None,
     }
 }
 

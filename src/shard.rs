@@ -5,10 +5,13 @@
 //! reconciles every MyApp.
 
 mod assign;
+mod live;
 mod members;
 mod ring;
 pub mod sharder;
+pub mod view;
 
 pub use assign::{DRAIN_LABEL, Move, SHARD_LABEL, next_move};
+pub use live::LiveShards;
 pub use members::Members;
 pub use ring::{POINTS_PER_SHARD, Ring};

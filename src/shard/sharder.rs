@@ -3,7 +3,7 @@
 //! decides. It reads shard Leases and MyApps' metadata from two watches and writes only labels,
 //! each write through its gate and expecting the version it decided on.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,7 +20,7 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::{DRAIN_LABEL, Members, Move, Ring, SHARD_LABEL, next_move};
+use super::{DRAIN_LABEL, LiveShards, Move, Ring, SHARD_LABEL, next_move};
 use crate::{
     crd::MyApp,
     fence::Gate,
@@ -81,19 +81,12 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
     })
     .reflect(writer)
     .applied_objects();
-    let lease_events = watcher(
-        Api::<Lease>::namespaced(client.clone(), &config.namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff();
+    let lease_events = LiveShards::watch(client.clone(), &config.namespace);
     let mut sharder = Sharder {
         client,
         gate,
         metrics,
-        config,
-        members: Members::default(),
-        leases_listed: false,
-        listing: BTreeSet::new(),
+        shards: LiveShards::new(&config.lease_prefix),
         ring: Ring::default(),
     };
     tokio::pin!(app_events, lease_events);
@@ -102,7 +95,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
     // Whether a MyApp or the ring changed since the shard gauges were last set.
     let mut changed = true;
     loop {
-        let expiry = sharder.members.next_expiry(sharder.gate.now());
+        let expiry = sharder.shards.next_expiry(sharder.gate.now());
         let expired = async {
             match expiry {
                 Some(left) => tokio::time::sleep(left).await,
@@ -125,7 +118,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
             },
             () = expired => sharder.membership_changed(&apps).await,
             _ = pass.tick() => sharder.pass(&apps).await,
-            _ = recount.tick(), if changed && sharder.leases_listed => {
+            _ = recount.tick(), if changed && sharder.shards.listed() => {
                 sharder.count(&apps.state());
                 changed = false;
             }
@@ -137,13 +130,7 @@ struct Sharder {
     client: Client,
     gate: Arc<Gate>,
     metrics: Arc<Metrics>,
-    config: Config,
-    members: Members,
-    /// Whether the shard Leases were listed once: until then membership is incomplete, and the
-    /// sharder moves nothing.
-    leases_listed: bool,
-    /// The shard Leases a (re)list under way has shown.
-    listing: BTreeSet<String>,
+    shards: LiveShards,
     /// The live shards, rebuilt on every Lease event and expiry, and all a move decision reads
     /// of membership: a shard that expired a moment ago still counts until then, which only
     /// holds its MyApps back for that moment (a live holder is drained, never overruled).
@@ -152,42 +139,17 @@ struct Sharder {
 
 impl Sharder {
     async fn lease_event(&mut self, event: watcher::Event<Lease>, apps: &Store<AppMeta>) {
-        let now = self.gate.now();
-        match event {
-            watcher::Event::Init => self.listing.clear(),
-            watcher::Event::InitApply(lease) => {
-                if self.is_shard_lease(&lease) {
-                    self.listing.insert(lease.name_any());
-                    self.members.observe(&lease, now);
-                }
-            }
-            watcher::Event::InitDone => {
-                // Leases deleted while the watch was down are gone from the list alone.
-                let listed = std::mem::take(&mut self.listing);
-                self.members.retain(|name| listed.contains(name));
-                self.leases_listed = true;
-            }
-            watcher::Event::Apply(lease) if self.is_shard_lease(&lease) => {
-                self.members.observe(&lease, now);
-            }
-            watcher::Event::Delete(lease) if self.is_shard_lease(&lease) => {
-                self.members.forget(&lease.name_any());
-            }
-            watcher::Event::Apply(_) | watcher::Event::Delete(_) => return,
+        if self.shards.event(event, self.gate.now()) {
+            self.membership_changed(apps).await;
         }
-        self.membership_changed(apps).await;
-    }
-
-    fn is_shard_lease(&self, lease: &Lease) -> bool {
-        lease.name_any().starts_with(&self.config.lease_prefix)
     }
 
     /// Builds the ring again if the live shards changed, and then looks at every MyApp.
     async fn membership_changed(&mut self, apps: &Store<AppMeta>) {
-        if !self.leases_listed {
+        if !self.shards.listed() {
             return;
         }
-        let live = self.members.live(self.gate.now());
+        let live = self.shards.live(self.gate.now());
         if live.iter().copied().eq(self.ring.shards()) {
             return;
         }
@@ -234,7 +196,7 @@ impl Sharder {
 
     /// Writes the next label change `app` needs, if any.
     async fn look_at(&self, app: &AppMeta) {
-        if !self.leases_listed {
+        if !self.shards.listed() {
             return;
         }
         let (namespace, name) = (app.namespace().unwrap_or_default(), app.name_any());

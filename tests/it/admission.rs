@@ -12,6 +12,7 @@ use kube_sandbox::schema::CrdSchema;
 use myapp_operator::{
     admission::{self, AdmissionConfig, Limits, MUTATE_PATH, VALIDATE_PATH},
     crd::{EnvVar, MAX_ENV, MAX_ENV_VALUE_LEN, MyApp, MyAppSpec},
+    shard::{Ring, SHARD_LABEL, view::ShardView},
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -29,6 +30,7 @@ fn config() -> AdmissionConfig {
             admission::parse_default_env("LOG_LEVEL=info").unwrap(),
             admission::parse_default_env("REGION=eu-1").unwrap(),
         ],
+        shards: None,
     }
 }
 
@@ -238,6 +240,64 @@ fn mutation_appends_env_defaults_without_touching_user_names() {
     );
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_none());
+}
+
+#[test]
+fn with_sharding_a_created_myapp_gets_its_shard_from_the_ring_beside_its_own_labels() {
+    let shards = ["pod-a", "pod-b", "pod-c"];
+    let router = admission::router(AdmissionConfig {
+        shards: Some(ShardView::from(Ring::new(shards))),
+        ..config()
+    });
+    let ring = Ring::new(shards);
+    let mut bare = example("myapp.yaml");
+    bare["spec"]["env"] =
+        json!([{"name": "LOG_LEVEL", "value": "debug"}, {"name": "REGION", "value": "x"}]);
+    bare["metadata"].as_object_mut().unwrap().remove("labels");
+    let name = bare["metadata"]["name"].as_str().unwrap().to_owned();
+    let shard = ring.shard_for("default", &name).unwrap();
+
+    // Without labels: the label map is added with the shard in it.
+    let response = call(&router, MUTATE_PATH, &review("CREATE", &bare, None));
+    assert_eq!(
+        patch_of(&response).unwrap(),
+        json!([{"op": "add", "path": "/metadata/labels", "value": {SHARD_LABEL: shard}}])
+    );
+    // With labels of its own: the shard is added beside them.
+    let mut labelled = bare.clone();
+    labelled["metadata"]["labels"] = json!({"team": "shop"});
+    let response = call(&router, MUTATE_PATH, &review("CREATE", &labelled, None));
+    let stamped = apply(&labelled, &patch_of(&response).unwrap());
+    assert_eq!(
+        stamped["metadata"]["labels"],
+        json!({"team": "shop", SHARD_LABEL: shard})
+    );
+    // Already on a shard (the user's or the sharder's choice): left as it is.
+    let mut placed = labelled.clone();
+    placed["metadata"]["labels"][SHARD_LABEL] = json!("pod-z");
+    let response = call(&router, MUTATE_PATH, &review("CREATE", &placed, None));
+    assert!(patch_of(&response).is_none(), "{response}");
+    // An update is never stamped: a MyApp without a label may have just been let go, and
+    // where it goes is the sharder's to say.
+    let response = call(&router, MUTATE_PATH, &review("UPDATE", &bare, Some(&bare)));
+    assert!(patch_of(&response).is_none(), "{response}");
+    // Nor a create under generateName (no name to hash yet), nor before the ring is known.
+    let mut generated = bare.clone();
+    generated["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    generated["metadata"]["generateName"] = json!("web-");
+    let mut request = review("CREATE", &generated, None);
+    request["request"]["name"] = json!("");
+    let response = call(&router, MUTATE_PATH, &request);
+    assert!(patch_of(&response).is_none(), "{response}");
+    let unknown = admission::router(AdmissionConfig {
+        shards: Some(ShardView::default()),
+        ..config()
+    });
+    let response = call(&unknown, MUTATE_PATH, &review("CREATE", &bare, None));
+    assert!(patch_of(&response).is_none(), "{response}");
 }
 
 // === Properties ===

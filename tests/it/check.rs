@@ -463,7 +463,7 @@ async fn without_each_rbac_rule_exactly_its_check_fails_naming_the_rule_to_add()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sharding_turned_on_is_checked_permissions_shards_and_every_myapps_place() {
+async fn sharding_turned_on_is_checked_and_the_webhook_places_a_new_myapp_on_its_shard() {
     let mut install = Install::healthy().await;
     // The Deployment turned to sharding (the component applied by half: no permissions, and
     // the pods not restarted): each missing part fails its own check.
@@ -531,6 +531,36 @@ async fn sharding_turned_on_is_checked_permissions_shards_and_every_myapps_place
         .then_some(())
     })
     .await;
+    // A MyApp created now is stored on its shard already: the webhook labelled it from its
+    // replica's view of the ring (the stored object the create returns is the webhook's).
+    let on_shard = |app: &myapp_operator::crd::MyApp| {
+        app.labels()
+            .get(myapp_operator::shard::SHARD_LABEL)
+            .map(String::as_str)
+            == Some(install::IDENTITY)
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    kube_sandbox::testing::eventually("the webhook's view knows the shard", || async {
+        let app = apps
+            .create(&dry_run, &myapp_operator::crd::MyApp::test("api"))
+            .await
+            .ok()?;
+        on_shard(&app).then_some(())
+    })
+    .await;
+    let created = apps
+        .create(
+            &PostParams::default(),
+            &myapp_operator::crd::MyApp::test("api"),
+        )
+        .await
+        .unwrap();
+    assert!(on_shard(&created), "{:?}", created.metadata.labels);
+    crate::support::converge::converged(&apps, "api", myapp_operator::crd::Phase::Running).await;
+
     let sharded = install.report().await;
     assert!(sharded.failed().is_empty(), "{}", sharded.json);
     assert!(sharded.with_status("warn").is_empty(), "{}", sharded.json);

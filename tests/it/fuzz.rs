@@ -37,6 +37,10 @@ fn router() -> &'static Router {
         admission::router(AdmissionConfig {
             max_replicas: 10,
             default_env: vec![admission::parse_default_env("TEAM=shop").unwrap()],
+            // Sharding on, so that hostile labels meet the shard label's reader too.
+            shards: Some(myapp_operator::shard::view::ShardView::from(
+                myapp_operator::shard::Ring::new(["pod-a", "pod-b"]),
+            )),
         })
     })
 }
