@@ -29,6 +29,7 @@ fn config() -> AdmissionConfig {
             admission::parse_default_env("LOG_LEVEL=info").unwrap(),
             admission::parse_default_env("REGION=eu-1").unwrap(),
         ],
+        shards: None,
     }
 }
 
