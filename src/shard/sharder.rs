@@ -44,6 +44,10 @@ type AppMeta = PartialObjectMeta<MyApp>;
 /// that failed is retried by the next pass.
 const PASS_PERIOD: Duration = Duration::from_secs(30);
 
+/// How many label writes a pass has in flight: a ring change moves about 1/n of the MyApps,
+/// and the first pass after sharding is turned on labels every one.
+const PASS_CONCURRENCY: usize = 16;
+
 /// How often the shard gauges are recounted, when a MyApp changed since (a count reads every
 /// MyApp's labels once).
 const RECOUNT_PERIOD: Duration = Duration::from_secs(5);
@@ -160,11 +164,13 @@ impl Sharder {
         self.pass(apps).await;
     }
 
-    /// Looks at every MyApp cached.
+    /// Looks at every MyApp cached, [`PASS_CONCURRENCY`] label writes at a time.
     async fn pass(&self, apps: &Store<AppMeta>) {
-        for app in apps.state() {
-            self.look_at(&app).await;
-        }
+        futures::stream::iter(apps.state())
+            .for_each_concurrent(PASS_CONCURRENCY, |app| async move {
+                self.look_at(&app).await;
+            })
+            .await;
     }
 
     /// Sets the shard gauges from `apps` as they are now.

@@ -129,8 +129,12 @@ async fn each_shard_reconciles_its_own_myapps_and_a_drained_one_moves_without_a_
 async fn placed(apps: &Api<MyApp>, deployments: &Api<Deployment>, names: &[String]) -> Vec<String> {
     let mut shards = Vec::new();
     for name in names {
-        let app = converged(apps, name, Phase::Running).await;
-        let shard = shard_of(&app.metadata).expect("assigned");
+        // A MyApp being moved is on no shard for a moment.
+        let shard = eventually(&format!("{name} is on a shard"), || async {
+            shard_of(&apps.get(name).await.ok()?.metadata)
+        })
+        .await;
+        converged(apps, name, Phase::Running).await;
         eventually(&format!("{name}'s Deployment is on {shard}"), || async {
             let deployment = deployments.get(name).await.ok()?;
             (shard_of(&deployment.metadata).as_deref() == Some(shard.as_str())).then_some(())
