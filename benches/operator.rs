@@ -31,6 +31,8 @@
 //! is the last `[bench]` line: the edits and the loader hold more of the sandbox's memory than
 //! this machine has at 100,000 MyApps).
 
+#[path = "operator/common.rs"]
+mod common;
 #[path = "operator/edits.rs"]
 mod edits;
 #[path = "operator/probe.rs"]
@@ -46,6 +48,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::{Outcome, admin_router, cpu_seconds, progress, status_kib, wait_until};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
 use kube::{
@@ -57,68 +60,12 @@ use kube_sandbox::testing::{Reap, log_lines, wait_for_addr};
 use myapp_operator::{crd::MyApp, resources, run::USER_AGENT};
 use serde_json::json;
 
-/// A `VmRSS`-style line of /proc/<pid>/status in KiB (`VmRSS`, `RssAnon`, `RssFile`).
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// The sandbox's router in process, as its admin: with authentication on, every request needs
-/// the admin's bearer token.
-fn admin_router(
-    router: axum::Router,
-    token: String,
-) -> impl tower::Service<
-    axum::http::Request<kube::client::Body>,
-    Response = axum::http::Response<axum::body::Body>,
-    Error = std::convert::Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ use<> {
-    let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}"))
-        .expect("a token is a header value");
-    tower::ServiceBuilder::new()
-        .map_request(
-            move |mut request: axum::http::Request<kube::client::Body>| {
-                request
-                    .headers_mut()
-                    .insert(axum::http::header::AUTHORIZATION, bearer.clone());
-                request
-            },
-        )
-        .service(router)
-}
-
 /// A client of the sandbox as served: HTTPS to its address, authenticated as `kubeconfig` says,
 /// as an out-of-process client (the operator) reaches it.
 async fn served_client(kubeconfig: &str) -> Outcome<Client> {
     kube_sandbox::client_for(kubeconfig)
         .await
         .map_err(|e| format!("a client of the served sandbox: {e}"))
-}
-
-/// CPU time, user plus system, that `pid` has used so far: fields 14 and 15 of
-/// /proc/<pid>/stat, in clock ticks of 1/100 s (`USER_HZ`, fixed at 100 in Linux's ABI).
-fn cpu_seconds(pid: u32) -> Outcome<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("reading /proc/{pid}/stat for the operator's CPU time: {e}"))?;
-    // The command name (field 2) may hold spaces; the fields after it are plain numbers.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    match (tick(11), tick(12)) {
-        (Some(user), Some(system)) => Ok((user + system) as f64 / 100.0),
-        _ => Err(format!(
-            "/proc/{pid}/stat has no utime/stime fields: {stat:?}"
-        )),
-    }
 }
 
 /// The machine's clock ticks so far, summed over its cores (the first line of /proc/stat): busy,
@@ -220,30 +167,6 @@ where
         .await;
 }
 
-/// Waits until `done` says so, polling every `poll`, or fails after `deadline` with `what` and
-/// the last thing `done` said was missing.
-async fn wait_until<F, Fut>(
-    what: &str,
-    deadline: Duration,
-    poll: Duration,
-    mut done: F,
-) -> Outcome<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<String>>,
-{
-    let start = Instant::now();
-    loop {
-        let Some(missing) = done().await else {
-            return Ok(());
-        };
-        if start.elapsed() > deadline {
-            return Err(format!("{what}: not done within {deadline:?}: {missing}"));
-        }
-        tokio::time::sleep(poll).await;
-    }
-}
-
 /// Waits until the operator has finished `more` reconciles after `from` (by its own counter).
 /// Every look is a scrape the operator pays for, counted apart by [`ScrapeCost`]; five a
 /// second keep that small beside a resync, whose duration the bench does not report.
@@ -261,14 +184,6 @@ async fn reconciled(admin: SocketAddr, from: u64, more: usize, what: &str) -> Ou
         },
     )
     .await
-}
-
-type Outcome<T> = Result<T, String>;
-
-/// A phase's headline on stderr as soon as it is measured, so that a long run stopped before
-/// its report (the full figures come at the end, on stdout) still says what it measured.
-fn progress(line: &str) {
-    eprintln!("[bench] {line}");
 }
 
 /// The operator's CPU for one scrape of its metrics by the bench, measured at rest: what the

@@ -102,6 +102,7 @@ pub async fn run(
     let applied = Arc::new(RecentWrites::new(RECENT_WRITES_TTL));
     let reported = Arc::new(RecentWrites::new(RECENT_WRITES_TTL));
     let (apps, apps_writer) = reflector::store::<CachedMyApp>();
+    let _held = HeldCount::new(&metrics, &apps);
     let failures = Arc::new(Failures::default());
     let verified = Arc::new(verified::Verified::default());
     let crd = crd_missing::CrdPresence::new(metrics.clone());
@@ -254,4 +255,23 @@ pub async fn run(
     }
     queue.clear();
     info!("Controller stopped");
+}
+
+/// While the controller runs, `myapp_shard_objects` reads how many MyApps its cache holds;
+/// dropped with the controller, it lets go of the cache (so that a replica that stopped
+/// reconciling does not keep the cache alive through its metrics) and reports 0.
+struct HeldCount(Arc<Metrics>);
+
+impl HeldCount {
+    fn new(metrics: &Arc<Metrics>, apps: &reflector::Store<CachedMyApp>) -> Self {
+        let apps = apps.clone();
+        metrics.shards.held_by(Some(Box::new(move || apps.len())));
+        Self(metrics.clone())
+    }
+}
+
+impl Drop for HeldCount {
+    fn drop(&mut self) {
+        self.0.shards.held_by(None);
+    }
 }

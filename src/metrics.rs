@@ -21,9 +21,9 @@
 //! | `myapp_caches_synced` | gauge | 1 once the leading controller's caches hold a full list |
 //! | `myapp_sharding` | gauge | 1 on a replica run with `--sharding` (then `myapp_leader` is about its shard Lease) |
 //! | `myapp_sharder` | gauge | 1 while this replica assigns MyApps to shards (it holds the operator's Lease) |
-//! | `myapp_shard_objects{shard}` | gauge | on the sharder: MyApps labelled for each live shard, recounted at every ring change and every 30 s |
-//! | `myapp_shard_unassigned` | gauge | on the sharder: MyApps on no live shard (unlabelled, or on a shard whose Lease ran out), recounted likewise |
-//! | `myapp_shard_ring_changes_total` | counter | on the sharder: how often the set of live shards changed (the ring's generation) |
+//! | `myapp_shard_objects` | gauge | MyApps this replica's controller holds: its shard's with sharding on, all of them without (read at scrape time) |
+//! | `myapp_shard_unassigned` | gauge | on the sharder: MyApps on no live shard (unlabelled, or on a shard whose Lease ran out), from its watch of them |
+//! | `myapp_shard_ring_changes_total` | counter | how often the set of live shards this replica sees changed (the generation of its ring) |
 //! | `myapp_webhook_*` | | the webhook server's (see the `webhook` crate's README) |
 //! | `myapp_build_info{version,git_commit,rustc}` | info | always 1 |
 //! | `process_*` | | CPU seconds, resident memory, open and max fds, start time (see [`process`]) |
@@ -31,8 +31,16 @@
 use std::{fmt::Write as _, sync::Arc};
 
 use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
     encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+        histogram::Histogram,
+        info::Info,
+    },
     registry::Registry,
 };
 
@@ -104,26 +112,75 @@ struct BuildLabels {
     rustc: &'static str,
 }
 
-/// Labels of `myapp_shard_objects`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ShardLabels {
-    /// The shard: its replica's identity.
-    pub shard: String,
-}
+/// How many MyApps a replica's controller holds, read when `/metrics` is scraped.
+type HeldCount = Box<dyn Fn() -> usize + Send + Sync>;
 
-/// Sharding's metrics (all 0 with sharding off).
-#[derive(Debug, Default)]
+/// Sharding's metrics (all 0 with sharding off, but `myapp_shard_objects`).
+#[derive(Default)]
 pub struct ShardMetrics {
     /// 1 on a replica run with sharding on.
     pub enabled: Gauge,
     /// 1 while this replica runs the sharder.
     pub sharder: Gauge,
-    /// MyApps labelled for each live shard, as the sharder last counted them.
-    pub objects: Family<ShardLabels, Gauge>,
-    /// MyApps on no live shard, as the sharder last counted them.
+    /// MyApps on no live shard, as the sharder sees them.
     pub unassigned: Gauge,
-    /// Changes of the set of live shards the sharder saw.
+    /// Changes of the set of live shards this replica saw.
     pub ring_changes: Counter,
+    /// The controller's count of the MyApps it holds, while it runs.
+    held: Arc<std::sync::Mutex<Option<HeldCount>>>,
+}
+
+impl std::fmt::Debug for ShardMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardMetrics")
+            .field("enabled", &self.enabled)
+            .field("sharder", &self.sharder)
+            .field("unassigned", &self.unassigned)
+            .field("ring_changes", &self.ring_changes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardMetrics {
+    /// Where `myapp_shard_objects` is read from from now on (the running controller's cache);
+    /// `None` when no controller runs.
+    pub fn held_by(&self, count: Option<HeldCount>) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = count;
+    }
+
+    /// The MyApps the controller holds now (0 when none runs).
+    pub fn held(&self) -> usize {
+        held(&self.held)
+    }
+}
+
+fn held(count: &std::sync::Mutex<Option<HeldCount>>) -> usize {
+    count
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or(0, |count| count())
+}
+
+/// `myapp_shard_objects`, read at scrape time.
+struct HeldCollector(Arc<std::sync::Mutex<Option<HeldCount>>>);
+
+impl std::fmt::Debug for HeldCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeldCollector")
+    }
+}
+
+impl Collector for HeldCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let objects = ConstGauge::new(i64::try_from(held(&self.0)).unwrap_or(i64::MAX));
+        objects.encode(encoder.encode_descriptor(
+            "shard_objects",
+            "MyApps this replica's controller holds: its shard's with sharding on, all without",
+            None,
+            objects.metric_type(),
+        )?)
+    }
 }
 
 /// Controller metrics.
@@ -260,6 +317,7 @@ impl Metrics {
             metrics.fights.clone(),
         );
         let shards = &metrics.shards;
+        registry.register_collector(Box::new(HeldCollector(shards.held.clone())));
         registry.register(
             "sharding",
             "1 on a replica run with --sharding (myapp_leader then tells its shard Lease)",
@@ -271,18 +329,13 @@ impl Metrics {
             shards.sharder.clone(),
         );
         registry.register(
-            "shard_objects",
-            "MyApps labelled for each live shard, as the sharder last counted them",
-            shards.objects.clone(),
-        );
-        registry.register(
             "shard_unassigned",
-            "MyApps on no live shard (unlabelled, or on a shard whose Lease ran out), as the sharder last counted them",
+            "MyApps on no live shard (unlabelled, or on a shard whose Lease ran out), as the sharder sees them",
             shards.unassigned.clone(),
         );
         registry.register(
             "shard_ring_changes",
-            "Changes of the set of live shards the sharder saw (the ring's generation)",
+            "Changes of the set of live shards this replica saw (the generation of its ring)",
             shards.ring_changes.clone(),
         );
         metrics

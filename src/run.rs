@@ -81,6 +81,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             client.clone(),
             sharder.namespace.clone(),
             sharder.lease_prefix.clone(),
+            parts.metrics.clone(),
         ));
     }
 
@@ -356,9 +357,8 @@ pub async fn shard_while_leading(
                 }
                 () = stop.cancelled() => true,
             };
-            // Only the sharder's counts are current: a former one's would raise alerts.
+            // Only the sharder's count is current: a former one's would raise alerts.
             gauges.sharder.set(0);
-            gauges.objects.clear();
             gauges.unassigned.set(0);
             if stopped {
                 break;

@@ -1,7 +1,8 @@
 //! The sharder: on the replica that holds the controller's Lease, keeps every MyApp on the
 //! shard the ring of live shards gives it, one label change at a time as [`next_move`]
-//! decides. It reads shard Leases and MyApps' metadata from two watches and writes only labels,
-//! each write through its gate and expecting the version it decided on.
+//! decides. It follows the shard Leases and the MyApps on no live shard, lists every MyApp's
+//! metadata when the ring changes, and writes only labels, each write through its gate and
+//! expecting the version it decided on.
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ListParams, Patch, PatchParams},
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
@@ -21,12 +22,7 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::{DRAIN_LABEL, LiveShards, Move, Ring, SHARD_LABEL, next_move};
-use crate::{
-    crd::MyApp,
-    fence::Gate,
-    metrics::{Metrics, ShardLabels},
-    permission::Permission,
-};
+use crate::{crd::MyApp, fence::Gate, metrics::Metrics, permission::Permission};
 
 /// What sharding needs beyond the controller's and the election's permissions: the sharder
 /// and a shard letting a MyApp go patch MyApps' labels, and the sharder lists and watches the
@@ -40,17 +36,20 @@ pub const PERMISSIONS: &[Permission] = &[
 /// A MyApp as the sharder sees it: its metadata.
 type AppMeta = PartialObjectMeta<MyApp>;
 
-/// How often every MyApp is looked at again besides what the watches report: a label write
-/// that failed is retried by the next pass.
-const PASS_PERIOD: Duration = Duration::from_secs(30);
+/// How often every MyApp is listed and looked at (besides every ring change): a drain whose
+/// write failed is retried.
+const PASS_PERIOD: Duration = Duration::from_secs(300);
+
+/// How often the MyApps on no live shard are looked at again: an assignment whose write
+/// failed is retried.
+const RETRY_PERIOD: Duration = Duration::from_secs(30);
+
+/// MyApps per page of a pass's list: one page is held at a time.
+const PAGE: u32 = 500;
 
 /// How many label writes a pass has in flight: a ring change moves about 1/n of the MyApps,
 /// and the first pass after sharding is turned on labels every one.
 const PASS_CONCURRENCY: usize = 16;
-
-/// How often the shard gauges are recounted, when a MyApp changed since (a count reads every
-/// MyApp's labels once).
-const RECOUNT_PERIOD: Duration = Duration::from_secs(5);
 
 /// Where the shard Leases are.
 #[derive(Clone, Debug)]
@@ -68,23 +67,49 @@ impl Config {
     }
 }
 
+/// The watch of the MyApps on no live shard, for one ring: selected by the server with
+/// `<shard label> notin (<live shards>)`, which also selects MyApps without the label. At
+/// rest it holds nothing; a MyApp the webhook could not label, or one its shard let go of,
+/// arrives here, and leaves once labelled for a live shard.
+struct Unplaced {
+    events: std::pin::Pin<Box<dyn futures::Stream<Item = Result<AppMeta, watcher::Error>> + Send>>,
+    store: Store<AppMeta>,
+}
+
+impl Unplaced {
+    fn watch(client: &Client, ring: &Ring) -> Option<Self> {
+        if ring.is_empty() {
+            return None;
+        }
+        let live: Vec<&str> = ring.shards().collect();
+        let selector = format!("{SHARD_LABEL} notin ({})", live.join(","));
+        let (store, writer) = reflector::store::<AppMeta>();
+        let events = watcher(
+            Api::<AppMeta>::all(client.clone()),
+            watcher::Config::default().labels(&selector),
+        )
+        .default_backoff()
+        // Names, versions and labels are all the sharder reads.
+        .modify(|app| {
+            app.metadata.managed_fields = None;
+            app.metadata.annotations = None;
+        })
+        .reflect(writer)
+        .applied_objects();
+        Some(Self {
+            events: Box::pin(events),
+            store,
+        })
+    }
+}
+
 /// Assigns MyApps to shards until dropped (when the gate closes, the caller drops it). Each
 /// label write counts as a `shard_move` write in `metrics`: the moves' own write budget.
+///
+/// It holds no copy of the MyApps: new MyApps are labelled by the webhook, and the sharder
+/// watches only those on no live shard. A ring change, and a pass every [`PASS_PERIOD`], list
+/// every MyApp's metadata a page at a time to drain those whose shard the ring changed.
 pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<Metrics>) {
-    let (apps, writer) = reflector::store::<AppMeta>();
-    let app_events = watcher(
-        Api::<AppMeta>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    // The sharder reads names, versions and labels: the managed fields and annotations (where
-    // `kubectl apply` keeps a whole copy of the object) would be most of its cache.
-    .modify(|app| {
-        app.metadata.managed_fields = None;
-        app.metadata.annotations = None;
-    })
-    .reflect(writer)
-    .applied_objects();
     let lease_events = LiveShards::watch(client.clone(), &config.namespace);
     let mut sharder = Sharder {
         client,
@@ -93,11 +118,11 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
         shards: LiveShards::new(&config.lease_prefix),
         ring: Ring::default(),
     };
-    tokio::pin!(app_events, lease_events);
+    let mut unplaced: Option<Unplaced> = None;
+    tokio::pin!(lease_events);
     let mut pass = tokio::time::interval(PASS_PERIOD);
-    let mut recount = tokio::time::interval(RECOUNT_PERIOD);
-    // Whether a MyApp or the ring changed since the shard gauges were last set.
-    let mut changed = true;
+    pass.reset();
+    let mut retry = tokio::time::interval(RETRY_PERIOD);
     loop {
         let expiry = sharder.shards.next_expiry(sharder.gate.now());
         let expired = async {
@@ -106,28 +131,69 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let next_unplaced = async {
+            match &mut unplaced {
+                Some(unplaced) => unplaced.events.try_next().await,
+                None => std::future::pending().await,
+            }
+        };
+        let step = tokio::select! {
             event = lease_events.next() => match event {
-                Some(Ok(event)) => sharder.lease_event(event, &apps).await,
-                Some(Err(error)) => warn!(%error, "Shard Lease watch failed"),
+                Some(Ok(event)) => Step::Leases(Some(event)),
+                Some(Err(error)) => {
+                    warn!(%error, "Shard Lease watch failed");
+                    continue;
+                }
                 None => return,
             },
-            event = app_events.try_next() => match event {
-                Ok(Some(app)) => {
-                    sharder.look_at(&app).await;
-                    changed = true;
-                }
+            () = expired => Step::Leases(None),
+            event = next_unplaced => match event {
+                Ok(Some(app)) => Step::Unplaced(app),
                 Ok(None) => return,
-                Err(error) => warn!(%error, "MyApp metadata watch failed"),
+                Err(error) => {
+                    warn!(%error, "Watch of the MyApps on no live shard failed");
+                    continue;
+                }
             },
-            () = expired => sharder.membership_changed(&apps).await,
-            _ = pass.tick() => sharder.pass(&apps).await,
-            _ = recount.tick(), if changed && sharder.shards.listed() => {
-                sharder.count(&apps.state());
-                changed = false;
+            _ = pass.tick() => Step::Pass,
+            _ = retry.tick() => Step::Retry,
+        };
+        match step {
+            Step::Leases(event) => {
+                if let Some(event) = event
+                    && !sharder.shards.event(event, sharder.gate.now())
+                {
+                    continue;
+                }
+                if sharder.ring_changed() {
+                    unplaced = Unplaced::watch(&sharder.client, &sharder.ring);
+                    sharder.pass().await;
+                }
+            }
+            Step::Unplaced(app) => sharder.look_at(&app).await,
+            Step::Pass => sharder.pass().await,
+            Step::Retry => {
+                let stuck = unplaced.as_ref().map(|u| u.store.state());
+                for app in stuck.into_iter().flatten() {
+                    sharder.look_at(&app).await;
+                }
             }
         }
+        let left = unplaced.as_ref().map_or(0, |u| u.store.state().len());
+        sharder.metrics.shards.unassigned.set(left as i64);
     }
+}
+
+/// What woke the sharder.
+enum Step {
+    /// A shard Lease event, or (none) the expiry of a live shard.
+    Leases(Option<watcher::Event<Lease>>),
+    /// A MyApp on no live shard.
+    Unplaced(AppMeta),
+    /// Time for a pass over every MyApp.
+    Pass,
+    /// Time to look at the MyApps on no live shard again.
+    Retry,
 }
 
 struct Sharder {
@@ -142,69 +208,48 @@ struct Sharder {
 }
 
 impl Sharder {
-    async fn lease_event(&mut self, event: watcher::Event<Lease>, apps: &Store<AppMeta>) {
-        if self.shards.event(event, self.gate.now()) {
-            self.membership_changed(apps).await;
-        }
-    }
-
-    /// Builds the ring again if the live shards changed, and then looks at every MyApp.
-    async fn membership_changed(&mut self, apps: &Store<AppMeta>) {
+    /// Builds the ring again if the live shards changed; whether they did.
+    fn ring_changed(&mut self) -> bool {
         if !self.shards.listed() {
-            return;
+            return false;
         }
         let live = self.shards.live(self.gate.now());
         if live.iter().copied().eq(self.ring.shards()) {
-            return;
+            return false;
         }
         info!(shards = ?live, "Shard ring changed");
         self.ring = Ring::new(&live);
-        self.metrics.shards.ring_changes.inc();
-        self.count(&apps.state());
-        self.pass(apps).await;
+        true
     }
 
-    /// Looks at every MyApp cached, [`PASS_CONCURRENCY`] label writes at a time.
-    async fn pass(&self, apps: &Store<AppMeta>) {
-        futures::stream::iter(apps.state())
-            .for_each_concurrent(PASS_CONCURRENCY, |app| async move {
-                self.look_at(&app).await;
-            })
-            .await;
-    }
-
-    /// Sets the shard gauges from `apps` as they are now.
-    fn count(&self, apps: &[Arc<AppMeta>]) {
-        let mut on: std::collections::BTreeMap<&str, i64> =
-            self.ring.shards().map(|shard| (shard, 0)).collect();
-        let mut unassigned = 0;
-        for app in apps {
-            match app
-                .labels()
-                .get(SHARD_LABEL)
-                .and_then(|s| on.get_mut(s.as_str()))
-            {
-                Some(count) => *count += 1,
-                None => unassigned += 1,
+    /// Lists every MyApp's metadata a page at a time and makes each one's next label change,
+    /// [`PASS_CONCURRENCY`] writes at a time.
+    async fn pass(&self) {
+        if self.ring.is_empty() {
+            return;
+        }
+        let api = Api::<MyApp>::all(self.client.clone());
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = match api.list_metadata(&params).await {
+                Ok(page) => page,
+                Err(error) => {
+                    warn!(%error, "Listing the MyApps for a shard pass failed: retried at the next");
+                    return;
+                }
+            };
+            futures::stream::iter(&page.items)
+                .for_each_concurrent(PASS_CONCURRENCY, |app| self.look_at(app))
+                .await;
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
             }
         }
-        let gauges = &self.metrics.shards;
-        // Shards that left drop out of the family rather than stay at their last count.
-        gauges.objects.clear();
-        for (shard, count) in on {
-            let labels = ShardLabels {
-                shard: shard.to_owned(),
-            };
-            gauges.objects.get_or_create(&labels).set(count);
-        }
-        gauges.unassigned.set(unassigned);
     }
 
     /// Writes the next label change `app` needs, if any.
     async fn look_at(&self, app: &AppMeta) {
-        if !self.shards.listed() {
-            return;
-        }
         let (namespace, name) = (app.namespace().unwrap_or_default(), app.name_any());
         let Some(step) = next_move(&self.ring, &namespace, &name, app.labels()) else {
             return;
@@ -228,7 +273,7 @@ impl Sharder {
                 self.metrics.wrote("shard_move");
                 debug!(%namespace, %name, ?step, "Moved");
             }
-            // Changed since seen: its watch event brings it back here.
+            // Changed since seen: the watch of unplaced MyApps, or the next pass, brings it back.
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
             Err(error) => warn!(%namespace, %name, ?step, %error, "Shard label write failed"),
         }

@@ -10,7 +10,10 @@ use futures::StreamExt;
 use tracing::{debug, warn};
 
 use super::{LiveShards, Ring};
-use crate::fence::{BootClock, Clock};
+use crate::{
+    fence::{BootClock, Clock},
+    metrics::Metrics,
+};
 
 /// The ring as this replica last saw the shard Leases; none until they were listed once.
 #[derive(Clone, Debug, Default)]
@@ -51,8 +54,14 @@ impl ShardView {
     }
 
     /// Keeps the view equal to the ring of the live holders of the Leases in `namespace`
-    /// whose name starts with `prefix`, until dropped.
-    pub async fn follow(self, client: kube::Client, namespace: String, prefix: String) {
+    /// whose name starts with `prefix`, until dropped; counts each change in `metrics`.
+    pub async fn follow(
+        self,
+        client: kube::Client,
+        namespace: String,
+        prefix: String,
+        metrics: Arc<Metrics>,
+    ) {
         let clock = BootClock;
         let mut shards = LiveShards::new(&prefix);
         let events = LiveShards::watch(client, &namespace);
@@ -89,6 +98,7 @@ impl ShardView {
             if current.as_ref() != Some(&live) {
                 debug!(shards = ?live, "The webhook's view of the ring changed");
                 self.set(Ring::new(&live));
+                metrics.shards.ring_changes.inc();
                 current = Some(live);
             }
         }
