@@ -5,8 +5,9 @@
 //! one replica as the operator runs today (sharding off, leader election on); a run `N` (or
 //! `sN`, for one) is N replicas with `--sharding`. Each run gets a fresh sandbox (HTTPS, bearer
 //! tokens) on loopback, served by the bench's process; the replicas start, each in a cgroup v1
-//! `cpu` group of its own capped at `MYAPP_BENCH_CPU` cores (default 0.2: so that the
-//! operators, not the sandbox sharing the machine, are what limits the pace), and once every
+//! `cpu` group of its own capped at `MYAPP_BENCH_CPU` cores (default 0.1: so that the
+//! operators, not the sandbox sharing the machine, are what limits the pace; at 0.2, five
+//! replicas and the sandbox used both cores of the bench's machine), and once every
 //! replica's caches synced and, sharded, every shard Lease is held, the bench creates APPS
 //! MyApps spread over `MYAPP_BENCH_NAMESPACES` namespaces (default 10). A sharded run creates
 //! them labelled for their shard as the webhook would label them (the operator's own ring over
@@ -108,6 +109,8 @@ struct CpuCap(PathBuf);
 impl CpuCap {
     fn new(name: &str, cores: f64) -> Outcome<Self> {
         let path = Path::new("/sys/fs/cgroup/cpu").join(name);
+        // A group left by a bench that was killed: its counters would add to this run's.
+        let _ = std::fs::remove_dir(&path);
         let why = |e: std::io::Error| {
             format!(
                 "capping a replica's CPU needs the cgroup v1 cpu controller, writable (as root) \
@@ -157,13 +160,14 @@ impl Drop for CpuCap {
     }
 }
 
-/// A replica under its cap.
+/// A replica under its cap. The process is killed before its group is removed (fields drop
+/// in this order).
 struct Replica {
+    _process: Reap,
+    cap: CpuCap,
     identity: String,
     pid: u32,
     admin: SocketAddr,
-    cap: CpuCap,
-    _process: Reap,
 }
 
 fn main() -> ExitCode {
@@ -209,7 +213,7 @@ fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 async fn bench(apps: usize, runs: &[Run]) -> Outcome<()> {
     let binary = probe::operator_binary()?;
-    let cores: f64 = setting("MYAPP_BENCH_CPU", 0.2);
+    let cores: f64 = setting("MYAPP_BENCH_CPU", 0.1);
     let namespaces: usize = setting("MYAPP_BENCH_NAMESPACES", 10);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut measured = Vec::new();
@@ -490,10 +494,10 @@ fn start(binary: &Path, dir: &Path, identity: &str, run: Run, cores: f64) -> Out
     let admin = wait_for_addr(&lines, "Admin server listening");
     std::thread::spawn(move || lines.into_iter().for_each(drop));
     Ok(Replica {
+        _process: process,
+        cap,
         identity: identity.to_owned(),
         pid,
         admin,
-        cap,
-        _process: process,
     })
 }

@@ -56,6 +56,8 @@ pub mod schema;
 pub mod selector;
 /// HTTP routing, the verbs (one file each), watch streams, and the write pipeline.
 mod server;
+/// KEP-5866's server-side sharded list and watch: the `shardSelector` grammar and its hash.
+pub mod shard;
 /// `Status` errors: the one error type of the request path.
 pub mod status;
 /// Objects, the resourceVersion counter, the event log, garbage collection.

@@ -48,6 +48,7 @@ pub struct SandboxBuilder {
     admission: admission::AdmissionChain,
     tokens: authn::Tokens,
     request_log: usize,
+    sharded_list_watch: bool,
 }
 
 impl Default for SandboxBuilder {
@@ -62,6 +63,7 @@ impl Default for SandboxBuilder {
             admission: admission::AdmissionChain::new(),
             tokens: authn::Tokens::default(),
             request_log: faults::REQUEST_LOG_CAPACITY,
+            sharded_list_watch: false,
         }
     }
 }
@@ -120,6 +122,14 @@ impl SandboxBuilder {
     /// every list and watch.
     pub fn simulate_pods(mut self, enabled: bool) -> Self {
         self.simulate_pods = enabled;
+        self
+    }
+
+    /// KEP-5866's feature gate (`ShardedListAndWatch`, alpha in Kubernetes 1.36, off by
+    /// default): LIST and WATCH take a `shardSelector` (see [`crate::shard`]). Off, the
+    /// parameter is ignored, as an API server without the gate ignores it.
+    pub fn sharded_list_watch(mut self, enabled: bool) -> Self {
+        self.sharded_list_watch = enabled;
         self
     }
 
@@ -184,6 +194,7 @@ impl SandboxBuilder {
             admission: self.admission,
             served: Mutex::new(None),
             tokens: self.tokens,
+            sharded_list_watch: self.sharded_list_watch,
         };
         Sandbox {
             inner: Arc::new(inner),

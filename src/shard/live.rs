@@ -12,7 +12,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 
-use super::Members;
+use super::members::Members;
 use crate::fence::BootTime;
 
 /// The shard Leases seen so far.

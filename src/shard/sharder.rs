@@ -179,7 +179,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
                 }
             }
         }
-        let left = unplaced.as_ref().map_or(0, |u| u.store.state().len());
+        let left = unplaced.as_ref().map_or(0, |u| u.store.len());
         sharder.metrics.shards.unassigned.set(left as i64);
     }
 }

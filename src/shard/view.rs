@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use tracing::{debug, warn};
 
-use super::{LiveShards, Ring};
+use super::{live::LiveShards, ring::Ring};
 use crate::{
     fence::{BootClock, Clock},
     metrics::Metrics,

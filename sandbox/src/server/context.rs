@@ -16,6 +16,7 @@ use crate::rbac::Attributes;
 use crate::registry::ResourceType;
 use crate::rollout::Rollouts;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::shard::ShardSelector;
 use crate::status::ApiError;
 use crate::store::Store;
 use crate::store::{Event, EventType};
@@ -32,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) served: Mutex<Option<(SocketAddr, Option<String>)>>,
     /// The bearer tokens it accepts (authentication off when none are configured).
     pub(crate) tokens: Tokens,
+    /// Whether LIST and WATCH take KEP-5866's `shardSelector`.
+    pub(crate) sharded_list_watch: bool,
 }
 
 /// A resource URL, parsed.
@@ -216,6 +219,8 @@ fn selectable_fields(ctx: &Ctx) -> Vec<String> {
 pub(super) struct Selectors {
     labels: LabelSelector,
     fields: FieldSelector,
+    /// KEP-5866's `shardSelector`, with its feature gate on.
+    shard: Option<ShardSelector>,
     /// Events: the field selector names `ToSelectableFields`' fields, not JSON paths.
     event_fields: bool,
 }
@@ -247,9 +252,16 @@ impl Selectors {
                 )));
             }
         }
+        let shard = match query.get("shardSelector").map(String::as_str) {
+            Some(text) if ctx.inner.sharded_list_watch && !text.is_empty() => {
+                Some(ShardSelector::parse(text).map_err(ApiError::bad_request)?)
+            }
+            _ => None,
+        };
         Ok(Selectors {
             labels,
             fields,
+            shard,
             event_fields,
         })
     }
@@ -260,6 +272,7 @@ impl Selectors {
         Selectors {
             labels: LabelSelector::parse(labels).expect("a valid label selector"),
             fields: FieldSelector::parse(fields).expect("a valid field selector"),
+            shard: None,
             event_fields: false,
         }
     }
@@ -274,12 +287,21 @@ impl Selectors {
     }
 
     pub(super) fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches(obj) && self.fields_match(obj)
+        self.labels.matches(obj) && self.fields_match(obj) && self.shard_matches(obj)
     }
 
-    /// Whether there is no label or field selector.
+    fn shard_matches(&self, obj: &Value) -> bool {
+        self.shard.as_ref().is_none_or(|shard| shard.matches(obj))
+    }
+
+    /// Whether there is no label, field or shard selector.
     pub(super) fn is_empty(&self) -> bool {
-        self.labels.is_empty() && self.fields.is_empty()
+        self.labels.is_empty() && self.fields.is_empty() && self.shard.is_none()
+    }
+
+    /// The shard selector applied, for a list's `shardInfo`.
+    pub(super) fn shard(&self) -> Option<&ShardSelector> {
+        self.shard.as_ref()
     }
 
     /// The event type a watch with these selectors reports for a logged event, if any: an
@@ -294,7 +316,9 @@ impl Selectors {
         match (event.kind, &event.previous_labels) {
             (EventType::Added, _) => false,
             (EventType::Modified, Some(previous)) => {
-                self.event_fields_match(event) && self.labels.matches_labels(Some(previous))
+                self.event_fields_match(event)
+                    && self.labels.matches_labels(Some(previous))
+                    && self.event_shard_matches(event)
             }
             _ => self.event_matches(event),
         }
@@ -310,6 +334,13 @@ impl Selectors {
     fn event_matches(&self, event: &Event) -> bool {
         event.with_labels(|labels| self.labels.matches_labels(labels))
             && self.event_fields_match(event)
+            && self.event_shard_matches(event)
+    }
+
+    /// Whether a logged event's object is in the shard selected, if one is. Its uid and
+    /// namespace never change: it is in the same shard before and after.
+    fn event_shard_matches(&self, event: &Event) -> bool {
+        self.shard.is_none() || self.shard_matches(&event.object())
     }
 
     fn event_fields_match(&self, event: &Event) -> bool {

@@ -99,6 +99,9 @@ fn answer<'a>(
         _ => None,
     };
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let Some(shard) = selectors.shard() {
+        metadata["shardInfo"] = json!({"selector": shard.text()});
+    }
     if let Some(next) = next {
         metadata["continue"] = json!(next);
         if selectors.is_empty() {
