@@ -7,10 +7,10 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ListParams, Patch, PatchParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions},
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
@@ -26,11 +26,13 @@ use crate::{crd::MyApp, fence::Gate, metrics::Metrics, permission::Permission};
 
 /// What sharding needs beyond the controller's and the election's permissions: the sharder
 /// and a shard letting a MyApp go patch MyApps' labels, and the sharder lists and watches the
-/// shard Leases in the operator's namespace (`deploy/sharding/` grants these).
+/// shard Leases in the operator's namespace and deletes those of gone replicas
+/// (`deploy/sharding/` grants these).
 pub const PERMISSIONS: &[Permission] = &[
     Permission::cluster("example.com", "myapps", "patch"),
     Permission::namespaced("coordination.k8s.io", "leases", "list"),
     Permission::namespaced("coordination.k8s.io", "leases", "watch"),
+    Permission::namespaced("coordination.k8s.io", "leases", "delete"),
 ];
 
 /// A MyApp as the sharder sees it: its metadata.
@@ -43,6 +45,10 @@ const PASS_PERIOD: Duration = Duration::from_secs(300);
 /// How often the MyApps on no live shard are looked at again: an assignment whose write
 /// failed is retried.
 const RETRY_PERIOD: Duration = Duration::from_secs(30);
+
+/// How long a shard Lease goes unrenewed before the sharder deletes it: far past any lease
+/// duration, so that only a replica that is gone loses its Lease.
+const FORGOTTEN_AFTER: Duration = Duration::from_secs(3600);
 
 /// MyApps per page of a pass's list: one page is held at a time.
 const PAGE: u32 = 500;
@@ -117,6 +123,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
         metrics,
         shards: LiveShards::new(&config.lease_prefix),
         ring: Ring::default(),
+        config,
     };
     let mut unplaced: Option<Unplaced> = None;
     tokio::pin!(lease_events);
@@ -200,6 +207,7 @@ struct Sharder {
     client: Client,
     gate: Arc<Gate>,
     metrics: Arc<Metrics>,
+    config: Config,
     shards: LiveShards,
     /// The live shards, rebuilt on every Lease event and expiry, and all a move decision reads
     /// of membership: a shard that expired a moment ago still counts until then, which only
@@ -225,6 +233,7 @@ impl Sharder {
     /// Lists every MyApp's metadata a page at a time and makes each one's next label change,
     /// [`PASS_CONCURRENCY`] writes at a time.
     async fn pass(&self) {
+        self.forget_gone_shards().await;
         if self.ring.is_empty() {
             return;
         }
@@ -244,6 +253,61 @@ impl Sharder {
             match page.metadata.continue_.filter(|token| !token.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
+            }
+        }
+    }
+
+    /// Deletes the shard Leases nobody has renewed for [`FORGOTTEN_AFTER`]: each replica's Lease
+    /// is named after its pod, so every restart leaves one behind. Such a shard is long out of
+    /// the ring; a replica that comes back creates its Lease again.
+    async fn forget_gone_shards(&self) {
+        let api = Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace);
+        let leases = match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(error) => {
+                warn!(%error, "Listing the shard Leases to forget gone ones failed");
+                return;
+            }
+        };
+        let now = Timestamp::now();
+        for lease in leases {
+            let name = lease.name_any();
+            if !name.starts_with(&self.config.lease_prefix) {
+                continue;
+            }
+            let spec = lease.spec.as_ref();
+            let last = spec
+                .and_then(|spec| spec.renew_time.as_ref().or(spec.acquire_time.as_ref()))
+                .map(|time| time.0)
+                .or_else(|| lease.metadata.creation_timestamp.as_ref().map(|t| t.0));
+            let quiet = last.map_or(Duration::MAX, |last| {
+                now.duration_since(last)
+                    .try_into()
+                    .unwrap_or(Duration::ZERO)
+            });
+            if quiet < FORGOTTEN_AFTER {
+                continue;
+            }
+            // Only this version: a replica that renewed it since keeps it.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: lease.resource_version(),
+                    uid: lease.uid(),
+                }),
+                ..DeleteParams::default()
+            };
+            let deleted = async {
+                let request =
+                    kube::core::Request::new(Lease::url_path(&(), Some(&self.config.namespace)))
+                        .delete(&name, &params)
+                        .map_err(kube::Error::BuildRequest)?;
+                let request = self.gate.pass(request, "delete")?;
+                self.client.request_text(request).await
+            };
+            match deleted.await {
+                Ok(_) => info!(lease = %name, ?quiet, "Deleted a shard Lease nobody renews"),
+                Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                Err(error) => warn!(lease = %name, %error, "Deleting a shard Lease failed"),
             }
         }
     }

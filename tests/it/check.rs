@@ -485,6 +485,7 @@ async fn sharding_turned_on_is_checked_and_the_webhook_places_a_new_myapp_on_its
             "rbac.example.com/myapps/patch",
             "rbac.coordination.k8s.io/leases/list",
             "rbac.coordination.k8s.io/leases/watch",
+            "rbac.coordination.k8s.io/leases/delete",
             "sharding.shards",
         ]),
         "{}",

@@ -311,6 +311,23 @@ struct Enforced {
     admin: kube::Client,
 }
 
+/// The shard Lease of a replica gone for two hours, which the sharder deletes.
+fn forgotten_lease() -> Lease {
+    let two_hours_ago = Timestamp::now() - std::time::Duration::from_secs(7200);
+    Lease {
+        metadata: ObjectMeta {
+            name: Some("myapp-operator-shard-pod-gone".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("pod-gone".into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(two_hours_ago)),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
 impl Enforced {
     async fn start(documents: Vec<Value>) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -336,6 +353,10 @@ impl Enforced {
             .await
             .unwrap();
         install::apply(&admin, documents).await;
+        Api::<Lease>::namespaced(admin.clone(), "myapp-system")
+            .create(&PostParams::default(), &forgotten_lease())
+            .await
+            .unwrap();
         Self {
             sandbox,
             served,
@@ -393,6 +414,15 @@ async fn sharded_replicas_need_exactly_the_base_and_sharding_rbac_and_meet_no_re
     placed(&apps, &deployments, &names).await;
     second.stop().await;
     all_on(&apps, "replica-0").await;
+    let leases = Api::<Lease>::namespaced(cluster.admin.clone(), "myapp-system");
+    assert!(
+        leases
+            .get_opt("myapp-operator-shard-pod-gone")
+            .await
+            .unwrap()
+            .is_none(),
+        "the Lease of a replica gone for two hours is deleted"
+    );
     placed(&apps, &deployments, &names).await;
     first.stop().await;
 
