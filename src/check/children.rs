@@ -48,29 +48,11 @@ pub async fn checks(client: &Client, target: &Target, crd_installed: bool) -> Gr
 async fn leaks(client: &Client, apps: &[MyApp]) -> Check {
     const ID: &str = "children.leaks";
     let owners: BTreeSet<String> = apps.iter().filter_map(|a| a.uid()).collect();
-    let labelled =
-        ListParams::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
-    let deployments = Api::<Deployment>::all(client.clone())
-        .list_metadata(&labelled)
-        .await;
-    let services = Api::<Service>::all(client.clone())
-        .list_metadata(&labelled)
-        .await;
-    let (deployments, services) = match (deployments, services) {
-        (Ok(d), Ok(s)) => (d.items, s.items),
-        (Err(error), _) | (_, Err(error)) => {
-            return Check::fail(
-                ID,
-                format!(
-                    "the operator's Deployments and Services cannot be listed: {}",
-                    api_message(&error)
-                ),
-                "run check as a user who may list deployments and services in every namespace",
-                "children",
-            );
-        }
+    let children = match labelled_children(client).await {
+        Ok(children) => children,
+        Err(error) => return unlisted(ID, &error, "children"),
     };
-    let total = deployments.len() + services.len();
+    let total = children.len();
     let orphan = |meta: &ObjectMeta| {
         !meta
             .owner_references
@@ -79,11 +61,7 @@ async fn leaks(client: &Client, apps: &[MyApp]) -> Check {
             .any(|o| o.controller == Some(true) && o.kind == "MyApp" && owners.contains(&o.uid))
     };
     let mut leaked = Vec::new();
-    for (kind, meta) in deployments
-        .iter()
-        .map(|d| ("deployment", d.meta()))
-        .chain(services.iter().map(|s| ("service", s.meta())))
-    {
+    for (kind, meta) in &children {
         if orphan(meta) {
             leaked.push(format!(
                 "{kind} {}/{}",
@@ -116,6 +94,40 @@ async fn leaks(client: &Client, apps: &[MyApp]) -> Check {
             first.unwrap_or_default()
         ),
         "children",
+    )
+}
+
+/// The metadata of every Deployment and Service with the operator's managed-by label, each with
+/// its kind as kubectl names it (`deployment`, `service`).
+pub(super) async fn labelled_children(
+    client: &Client,
+) -> Result<Vec<(&'static str, ObjectMeta)>, kube::Error> {
+    let labelled =
+        ListParams::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let deployments = Api::<Deployment>::all(client.clone())
+        .list_metadata(&labelled)
+        .await?;
+    let services = Api::<Service>::all(client.clone())
+        .list_metadata(&labelled)
+        .await?;
+    Ok(deployments
+        .items
+        .into_iter()
+        .map(|d| ("deployment", d.metadata))
+        .chain(services.items.into_iter().map(|s| ("service", s.metadata)))
+        .collect())
+}
+
+/// The check `id` failed because the children could not be listed.
+pub(super) fn unlisted(id: &str, error: &kube::Error, anchor: &str) -> Check {
+    Check::fail(
+        id,
+        format!(
+            "the operator's Deployments and Services cannot be listed: {}",
+            api_message(error)
+        ),
+        "run check as a user who may list deployments and services in every namespace",
+        anchor,
     )
 }
 

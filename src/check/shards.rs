@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::{
-    api::{apps::v1::Deployment, coordination::v1::Lease, core::v1::Service},
+    api::{apps::v1::Deployment, coordination::v1::Lease},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
     jiff::Timestamp,
 };
@@ -18,7 +18,7 @@ use super::{
     report::{Check, Group},
     target::{Target, api_message, names},
 };
-use crate::{crd::MyApp, resources::FIELD_MANAGER, shard::SHARD_LABEL};
+use crate::{crd::MyApp, shard::SHARD_LABEL};
 
 /// The name every shard Lease starts with, for `deploy/`'s Lease name.
 fn lease_prefix() -> String {
@@ -248,28 +248,9 @@ async fn claims(client: &Client, apps: &[ObjectMeta]) -> Check {
         .iter()
         .filter_map(|app| Some((app.uid.clone()?, shard_of(app))))
         .collect();
-    let labelled =
-        ListParams::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
-    let deployments = Api::<Deployment>::all(client.clone())
-        .list_metadata(&labelled)
-        .await;
-    let services = Api::<Service>::all(client.clone())
-        .list_metadata(&labelled)
-        .await;
-    let children = match (deployments, services) {
-        (Ok(d), Ok(s)) => d
-            .items
-            .into_iter()
-            .map(|d| ("Deployment", d.metadata))
-            .chain(s.items.into_iter().map(|s| ("Service", s.metadata))),
-        (Err(error), _) | (_, Err(error)) => {
-            return Check::fail(
-                ID,
-                format!("the children cannot be listed: {}", api_message(&error)),
-                "run check as a user who may list deployments and services in every namespace",
-                "sharding",
-            );
-        }
+    let children = match super::children::labelled_children(client).await {
+        Ok(children) => children,
+        Err(error) => return super::children::unlisted(ID, &error, "sharding"),
     };
     let mut twice = Vec::new();
     for (kind, child) in children {

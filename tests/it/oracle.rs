@@ -39,6 +39,19 @@ impl Seeded {
 /// namespace `default`: each MyApp exists with that spec and reports its current generation; it
 /// has exactly one Deployment and one Service of its name, controlled by it (uid), equal to the
 /// spec; no Deployment or Service is left without its MyApp.
+/// `apps` MyApps as a test wrote them last, `app-0` and on: one replica each, all running
+/// `image`.
+pub(crate) fn all_running(apps: usize, image: &str) -> BTreeMap<String, MyAppSpec> {
+    (0..apps)
+        .map(|i| {
+            let app = MyApp::test(&format!("app-{i}"))
+                .replicas(Some(1))
+                .image(image);
+            (format!("app-{i}"), app.spec)
+        })
+        .collect()
+}
+
 pub(crate) async fn differences(
     client: &kube::Client,
     want: &BTreeMap<String, MyAppSpec>,

@@ -8,14 +8,14 @@
 //! equals its MyApp's newest spec at the end; `status.observedGeneration` never decreases in the
 //! watch history.
 
-use std::{collections::BTreeMap, process::Command, time::Duration};
+use std::time::Duration;
 
 use kube::{Api, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
-use myapp_operator::crd::{MyApp, MyAppSpec};
+use myapp_operator::crd::MyApp;
 
-use crate::oracle::{NeverBackwards, differences, set_images};
-use crate::run::{Cluster, Replica, SHORT_LEASE, gauge};
+use crate::oracle::{NeverBackwards, all_running, differences, set_images};
+use crate::run::{Cluster, SHORT_LEASE, gauge};
 
 const APPS: usize = 60;
 /// Pause rounds, alternating which replica is paused; `PAUSE_ROUNDS` asks for more.
@@ -30,27 +30,9 @@ fn image(round: usize, step: usize) -> String {
     format!("ghcr.io/example/web:{round}.{step}.0")
 }
 
-fn signal(replica: &Replica, signal: &str) {
-    let pid = replica.process.0.id().to_string();
-    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-/// Every MyApp as the test wrote it last: all of them running `image`.
-fn model(image: &str) -> BTreeMap<String, MyAppSpec> {
-    (0..APPS)
-        .map(|i| {
-            let app = MyApp::test(&format!("app-{i}"))
-                .replicas(Some(1))
-                .image(image);
-            (format!("app-{i}"), app.spec)
-        })
-        .collect()
-}
-
 /// Whether the cluster holds every MyApp of [`model`] and exactly its children, converged.
 async fn converged_on(cluster: &Cluster, image: &str) -> bool {
-    differences(&cluster.client(), &model(image))
+    differences(&cluster.client(), &all_running(APPS, image))
         .await
         .is_empty()
 }
@@ -127,7 +109,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         let burst = set_images(&apps, APPS, &planned);
         let freeze = async {
             tokio::time::sleep(Duration::from_millis(15)).await;
-            signal(paused, "-STOP");
+            paused.signal("-STOP");
         };
         futures::join!(burst, freeze);
         eventually("the other replica takes the Lease", || async {
@@ -142,7 +124,7 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         })
         .await;
 
-        signal(paused, "-CONT");
+        paused.signal("-CONT");
         assert_eq!(
             gauge(paused.admin, "myapp_leader").await,
             Some(0),

@@ -507,11 +507,14 @@ impl Replica {
     }
 
     fn terminate(&self) {
-        let kill = Command::new("kill")
-            .args(["-TERM", &self.process.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        self.signal("-TERM");
+    }
+
+    /// Sends the process `signal` (`-STOP`, `-CONT`, `-KILL`...), as `kill` does.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.process.0.id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
     }
 }
 

@@ -18,7 +18,6 @@
 
 use std::{
     collections::BTreeMap,
-    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -26,36 +25,16 @@ use std::{
 use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::{Api, ResourceExt, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
-use myapp_operator::{
-    crd::{MyApp, MyAppSpec},
-    shard::SHARD_LABEL,
-};
+use myapp_operator::{crd::MyApp, shard::SHARD_LABEL};
 
-use crate::oracle::{NeverBackwards, differences, set_images};
-use crate::run::{Cluster, Replica, SHORT_LEASE};
+use crate::oracle::{NeverBackwards, all_running, differences, set_images};
+use crate::run::{Cluster, SHORT_LEASE};
 use crate::support::install::{apply, deploy_documents};
 
 const APPS: usize = 40;
 /// How long a MyApp may be on no live shard: the 2 s lease of a gone replica has already run
 /// out when the test sees it so, and the sharder needs a watch event and a label write.
 const BOUND: Duration = Duration::from_secs(5);
-
-fn signal(replica: &Replica, signal: &str) {
-    let pid = replica.process.0.id().to_string();
-    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-fn model(image: &str) -> BTreeMap<String, MyAppSpec> {
-    (0..APPS)
-        .map(|i| {
-            let app = MyApp::test(&format!("app-{i}"))
-                .replicas(Some(1))
-                .image(image);
-            (format!("app-{i}"), app.spec)
-        })
-        .collect()
-}
 
 /// The holders of shard Leases that are live now, by the Leases' own times.
 async fn live_shards(cluster: &Cluster) -> Vec<String> {
@@ -235,7 +214,7 @@ async fn sharded_replicas_joining_crashing_freezing_and_leaving_never_share_a_my
         let cluster = cluster.clone();
         async move {
             eventually(&format!("every MyApp runs {image}"), || async {
-                differences(&cluster.client(), &model(&image))
+                differences(&cluster.client(), &all_running(APPS, &image))
                     .await
                     .is_empty()
                     .then_some(())
@@ -260,7 +239,7 @@ async fn sharded_replicas_joining_crashing_freezing_and_leaving_never_share_a_my
     let burst = set_images(&apps, APPS, "ghcr.io/example/web:2.0.0");
     let kill = async {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        signal(&a, "-KILL");
+        a.signal("-KILL");
     };
     futures::join!(burst, kill);
     converged("ghcr.io/example/web:2.0.0".into()).await;
@@ -269,17 +248,17 @@ async fn sharded_replicas_joining_crashing_freezing_and_leaving_never_share_a_my
     let burst = set_images(&apps, APPS, "ghcr.io/example/web:3.0.0");
     let freeze = async {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        signal(&b, "-STOP");
+        b.signal("-STOP");
     };
     futures::join!(burst, freeze);
     converged("ghcr.io/example/web:3.0.0".into()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    signal(&b, "-CONT");
+    b.signal("-CONT");
     set_images(&apps, APPS, "ghcr.io/example/web:4.0.0").await;
     converged("ghcr.io/example/web:4.0.0".into()).await;
 
     // One leaves (SIGTERM: it releases its shard Lease) and another joins.
-    signal(&c, "-TERM");
+    c.signal("-TERM");
     let d = replica("pod-d");
     set_images(&apps, APPS, "ghcr.io/example/web:5.0.0").await;
     converged("ghcr.io/example/web:5.0.0".into()).await;
