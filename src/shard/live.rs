@@ -6,7 +6,7 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use futures::Stream;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use kube::{
     Api, Client, ResourceExt,
     runtime::{WatchStreamExt, watcher},
@@ -14,6 +14,13 @@ use kube::{
 
 use super::members::Members;
 use crate::fence::BootTime;
+
+/// A shard Lease whose renewTime is this far behind this replica's wall clock belongs to a
+/// replica gone long ago: it is not live, even to a replica that has just seen it for the first
+/// time (liveness is otherwise judged from when this replica observed a renewal, which gives
+/// any held Lease one lease duration). Far beyond any skew of cluster clocks; the sharder
+/// deletes such Leases.
+pub const STALE_AFTER: Duration = Duration::from_secs(3600);
 
 /// The shard Leases seen so far.
 #[derive(Debug)]
@@ -49,8 +56,9 @@ impl LiveShards {
         .default_backoff()
     }
 
-    /// Takes in one event of the watch, seen at `now`; whether the live set may have changed.
-    pub fn event(&mut self, event: watcher::Event<Lease>, now: BootTime) -> bool {
+    /// Takes in one event of the watch, seen at `now` (`wall` on the wall clock); whether the
+    /// live set may have changed.
+    pub fn event(&mut self, event: watcher::Event<Lease>, now: BootTime, wall: Timestamp) -> bool {
         match event {
             watcher::Event::Init => {
                 self.listing.clear();
@@ -59,7 +67,7 @@ impl LiveShards {
             watcher::Event::InitApply(lease) => {
                 if self.is_shard_lease(&lease) {
                     self.listing.insert(lease.name_any());
-                    self.members.observe(&lease, now);
+                    self.observe(&lease, now, wall);
                 }
                 false
             }
@@ -71,7 +79,7 @@ impl LiveShards {
                 true
             }
             watcher::Event::Apply(lease) if self.is_shard_lease(&lease) => {
-                self.members.observe(&lease, now);
+                self.observe(&lease, now, wall);
                 self.listed
             }
             watcher::Event::Delete(lease) if self.is_shard_lease(&lease) => {
@@ -79,6 +87,14 @@ impl LiveShards {
                 self.listed
             }
             watcher::Event::Apply(_) | watcher::Event::Delete(_) => false,
+        }
+    }
+
+    fn observe(&mut self, lease: &Lease, now: BootTime, wall: Timestamp) {
+        if is_stale(lease, wall) {
+            self.members.forget(&lease.name_any());
+        } else {
+            self.members.observe(lease, now);
         }
     }
 
@@ -99,5 +115,68 @@ impl LiveShards {
     /// How long until a live holder expires unless renewed (see [`Members::next_expiry`]).
     pub fn next_expiry(&self, now: BootTime) -> Option<Duration> {
         self.members.next_expiry(now)
+    }
+}
+
+/// Whether `lease` was last renewed (or acquired) [`STALE_AFTER`] or longer before `wall`.
+pub fn is_stale(lease: &Lease, wall: Timestamp) -> bool {
+    let spec = lease.spec.as_ref();
+    let last = spec
+        .and_then(|spec| spec.renew_time.as_ref().or(spec.acquire_time.as_ref()))
+        .map(|time| time.0)
+        .or_else(|| lease.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    last.is_some_and(|last| {
+        wall.duration_since(last)
+            .try_into()
+            .is_ok_and(|quiet: Duration| quiet >= STALE_AFTER)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::{
+        api::coordination::v1::LeaseSpec,
+        apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    };
+
+    use super::*;
+
+    fn lease(holder: &str, renewed: Timestamp) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(format!("ops-shard-{holder}")),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime(renewed)),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_lease_renewed_over_an_hour_ago_is_not_live_even_when_first_seen() {
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        let boot = BootTime::from_since_boot(Duration::from_secs(100));
+        let mut shards = LiveShards::new("ops-shard-");
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(lease("fresh", wall - Duration::from_secs(5))),
+            watcher::Event::InitApply(lease("gone", wall - Duration::from_secs(3600))),
+            watcher::Event::InitApply(lease("skewed", wall - Duration::from_secs(600))),
+            watcher::Event::InitDone,
+        ] {
+            shards.event(event, boot, wall);
+        }
+        assert_eq!(
+            shards.live(boot),
+            BTreeSet::from(["fresh", "skewed"]),
+            "a clock ten minutes behind is a renewal like any other"
+        );
+        // The same holder renewing again is live again.
+        shards.event(watcher::Event::Apply(lease("gone", wall)), boot, wall);
+        assert!(shards.live(boot).contains("gone"));
     }
 }

@@ -21,7 +21,7 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::{DRAIN_LABEL, LiveShards, Move, Ring, SHARD_LABEL, next_move};
+use super::{DRAIN_LABEL, LiveShards, Move, Ring, SHARD_LABEL, live::is_stale, next_move};
 use crate::{crd::MyApp, fence::Gate, metrics::Metrics, permission::Permission};
 
 /// What sharding needs beyond the controller's and the election's permissions: the sharder
@@ -45,10 +45,6 @@ const PASS_PERIOD: Duration = Duration::from_secs(300);
 /// How often the MyApps on no live shard are looked at again: an assignment whose write
 /// failed is retried.
 const RETRY_PERIOD: Duration = Duration::from_secs(30);
-
-/// How long a shard Lease goes unrenewed before the sharder deletes it: far past any lease
-/// duration, so that only a replica that is gone loses its Lease.
-const FORGOTTEN_AFTER: Duration = Duration::from_secs(3600);
 
 /// MyApps per page of a pass's list: one page is held at a time.
 const PAGE: u32 = 500;
@@ -168,7 +164,9 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
         match step {
             Step::Leases(event) => {
                 if let Some(event) = event
-                    && !sharder.shards.event(event, sharder.gate.now())
+                    && !sharder
+                        .shards
+                        .event(event, sharder.gate.now(), Timestamp::now())
                 {
                     continue;
                 }
@@ -257,9 +255,9 @@ impl Sharder {
         }
     }
 
-    /// Deletes the shard Leases nobody has renewed for [`FORGOTTEN_AFTER`]: each replica's Lease
-    /// is named after its pod, so every restart leaves one behind. Such a shard is long out of
-    /// the ring; a replica that comes back creates its Lease again.
+    /// Deletes the shard Leases nobody has renewed for an hour ([`super::live::STALE_AFTER`]):
+    /// each replica's Lease is named after its pod, so every restart leaves one behind. Such a
+    /// shard is long out of the ring; a replica that comes back creates its Lease again.
     async fn forget_gone_shards(&self) {
         let api = Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace);
         let leases = match api.list(&ListParams::default()).await {
@@ -272,20 +270,7 @@ impl Sharder {
         let now = Timestamp::now();
         for lease in leases {
             let name = lease.name_any();
-            if !name.starts_with(&self.config.lease_prefix) {
-                continue;
-            }
-            let spec = lease.spec.as_ref();
-            let last = spec
-                .and_then(|spec| spec.renew_time.as_ref().or(spec.acquire_time.as_ref()))
-                .map(|time| time.0)
-                .or_else(|| lease.metadata.creation_timestamp.as_ref().map(|t| t.0));
-            let quiet = last.map_or(Duration::MAX, |last| {
-                now.duration_since(last)
-                    .try_into()
-                    .unwrap_or(Duration::ZERO)
-            });
-            if quiet < FORGOTTEN_AFTER {
+            if !name.starts_with(&self.config.lease_prefix) || !is_stale(&lease, now) {
                 continue;
             }
             // Only this version: a replica that renewed it since keeps it.
@@ -305,7 +290,7 @@ impl Sharder {
                 self.client.request_text(request).await
             };
             match deleted.await {
-                Ok(_) => info!(lease = %name, ?quiet, "Deleted a shard Lease nobody renews"),
+                Ok(_) => info!(lease = %name, "Deleted a shard Lease nobody renewed for an hour"),
                 Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
                 Err(error) => warn!(lease = %name, %error, "Deleting a shard Lease failed"),
             }

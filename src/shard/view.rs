@@ -7,6 +7,7 @@
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 use tracing::{debug, warn};
 
 use super::{live::LiveShards, ring::Ring};
@@ -78,7 +79,7 @@ impl ShardView {
             tokio::select! {
                 event = events.next() => match event {
                     Some(Ok(event)) => {
-                        if !shards.event(event, clock.now()) {
+                        if !shards.event(event, clock.now(), Timestamp::now()) {
                             continue;
                         }
                     }
