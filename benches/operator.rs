@@ -48,11 +48,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Outcome, admin_router, cpu_seconds, progress, status_kib, wait_until};
+use common::{Outcome, cpu_seconds, progress, serve_with_crd, status_kib, wait_until};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::Service};
 use kube::{
-    Api, Client, CustomResourceExt, Resource as _,
+    Api, Client, Resource as _,
     api::{Patch, PatchParams, PostParams},
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
@@ -294,20 +294,7 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         // request, so the operator's cost includes TLS.
         .authentication()
         .build();
-    let served = sandbox
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    std::fs::write(dir.path().join("kubeconfig"), served.kubeconfig()).unwrap();
-    let admin_token = sandbox
-        .token(kube_sandbox::authn::ADMIN_TOKEN_ID)
-        .expect("authentication is on");
-    let client = Client::new(admin_router(sandbox.router(), admin_token), "default");
-    let crd = MyApp::crd();
-    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
-        .patch("myapps.example.com", &PatchParams::apply("bench"), &Patch::Apply(&crd))
-        .await
-        .unwrap();
+    let (served, client) = serve_with_crd(&sandbox, &dir.path().join("kubeconfig")).await;
     let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
     bundle.write_to(&dir.path().join("certs")).unwrap();
     let tls = kube_sandbox::testing::tls_client_trusting(&bundle.ca_pem);

@@ -40,10 +40,7 @@ use std::{
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api, Client, CustomResourceExt,
-    api::{Patch, PatchParams, PostParams},
-};
+use kube::{Api, api::PostParams};
 use kube_sandbox::testing::{Reap, log_lines, wait_for_addr};
 use myapp_operator::{
     crd::MyApp,
@@ -51,7 +48,7 @@ use myapp_operator::{
     shard::{Ring, SHARD_LABEL},
 };
 
-use common::{Outcome, admin_router, cpu_seconds, progress, status_kib, wait_until};
+use common::{Outcome, cpu_seconds, progress, serve_with_crd, status_kib, wait_until};
 
 /// How many creates are in flight at once.
 const AT_ONCE: usize = 32;
@@ -272,19 +269,7 @@ async fn one_run(
         builder = builder.namespace(namespace);
     }
     let sandbox = builder.build();
-    let served = sandbox
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    std::fs::write(dir.path().join("kubeconfig"), served.kubeconfig()).unwrap();
-    let admin_token = sandbox
-        .token(kube_sandbox::authn::ADMIN_TOKEN_ID)
-        .expect("authentication is on");
-    let client = Client::new(admin_router(sandbox.router(), admin_token), "default");
-    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
-        .patch("myapps.example.com", &PatchParams::apply("bench"), &Patch::Apply(&MyApp::crd()))
-        .await
-        .unwrap();
+    let (_served, client) = serve_with_crd(&sandbox, &dir.path().join("kubeconfig")).await;
     let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
     bundle.write_to(&dir.path().join("certs")).unwrap();
 

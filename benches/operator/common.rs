@@ -91,3 +91,33 @@ where
 pub fn progress(line: &str) {
     eprintln!("[bench] {line}");
 }
+
+/// Serves `sandbox` over HTTPS on loopback as the operator reaches it, writes its kubeconfig
+/// (the admin's token) to `kubeconfig`, and installs the MyApp CRD. Returns the serving handle,
+/// which stops serving when dropped, and a client that calls the sandbox in process as its
+/// admin (the bench's own requests, without TLS).
+pub async fn serve_with_crd(
+    sandbox: &kube_sandbox::Sandbox,
+    kubeconfig: &std::path::Path,
+) -> (kube_sandbox::Served, kube::Client) {
+    use kube::CustomResourceExt as _;
+    let served = sandbox
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    std::fs::write(kubeconfig, served.kubeconfig()).unwrap();
+    let admin_token = sandbox
+        .token(kube_sandbox::authn::ADMIN_TOKEN_ID)
+        .expect("authentication is on");
+    let client = kube::Client::new(admin_router(sandbox.router(), admin_token), "default");
+    let crd = myapp_operator::crd::MyApp::crd();
+    kube::Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
+        .patch(
+            "myapps.example.com",
+            &kube::api::PatchParams::apply("bench"),
+            &kube::api::Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+    (served, client)
+}

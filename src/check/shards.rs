@@ -47,20 +47,19 @@ pub async fn enabled(client: &Client, namespace: &str) -> bool {
         .any(container_shards)
 }
 
-/// Whether a container's env or args turn sharding on (the last `--sharding` wins, as clap
-/// reads them; the flag overrides the variable).
+/// Whether a container's env or args turn sharding on (the flag, which `run` takes once,
+/// overrides the variable).
 fn container_shards(container: &Value) -> bool {
     let flag = container["args"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .filter_map(|arg| match arg {
+        .find_map(|arg| match arg {
             "--sharding" | "--sharding=true" => Some(true),
             "--sharding=false" => Some(false),
             _ => None,
-        })
-        .next_back();
+        });
     let env = container["env"]
         .as_array()
         .into_iter()

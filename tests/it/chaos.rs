@@ -19,7 +19,7 @@ use kube_sandbox::testing::eventually;
 use myapp_operator::crd::{EnvVar, MyApp, MyAppSpec};
 use serde_json::json;
 
-use crate::oracle::{NeverBackwards, Seeded, differences};
+use crate::oracle::{NeverBackwards, Seeded, assert_no_refusal_and_no_regression, differences};
 use crate::run::{Cluster, Replica, SHORT_LEASE};
 
 const APPS: usize = 30;
@@ -216,14 +216,5 @@ async fn the_leader_killed_mid_burst_loses_no_write_and_leaves_no_stray_child() 
     eprintln!(
         "{orphans} children created for the {deletions} MyApps deleted, after their deletion"
     );
-    assert_eq!(
-        cluster.refused_replica_requests(),
-        Vec::<String>::new(),
-        "RBAC refused a replica's request"
-    );
-    assert_eq!(
-        history.regressions(),
-        Vec::<String>::new(),
-        "observedGeneration went backwards"
-    );
+    assert_no_refusal_and_no_regression(cluster.refused_replica_requests(), history);
 }

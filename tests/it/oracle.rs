@@ -242,3 +242,19 @@ impl NeverBackwards {
         self.regressions.lock().unwrap().clone()
     }
 }
+
+/// How every fault suite with replicas of the real binary ends: RBAC refused none of their
+/// requests (`refused`, from `Cluster::refused_replica_requests`), and no
+/// `observedGeneration` went backwards in `history`.
+pub(crate) fn assert_no_refusal_and_no_regression(refused: Vec<String>, history: NeverBackwards) {
+    assert_eq!(
+        refused,
+        Vec::<String>::new(),
+        "RBAC refused a replica's request"
+    );
+    assert_eq!(
+        history.regressions(),
+        Vec::<String>::new(),
+        "observedGeneration went backwards"
+    );
+}

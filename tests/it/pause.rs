@@ -14,7 +14,9 @@ use kube::{Api, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
 use myapp_operator::crd::MyApp;
 
-use crate::oracle::{NeverBackwards, all_running, differences, set_images};
+use crate::oracle::{
+    NeverBackwards, all_running, assert_no_refusal_and_no_regression, differences, set_images,
+};
 use crate::run::{Cluster, SHORT_LEASE, gauge};
 
 const APPS: usize = 60;
@@ -166,14 +168,5 @@ async fn a_leader_paused_past_its_lease_wakes_up_writing_nothing() {
         assert_eq!(cluster.lease_holder().await.as_deref(), Some(*rival_name));
         leader = 1 - leader;
     }
-    assert_eq!(
-        cluster.refused_replica_requests(),
-        Vec::<String>::new(),
-        "RBAC refused a replica's request"
-    );
-    assert_eq!(
-        history.regressions(),
-        Vec::<String>::new(),
-        "observedGeneration went backwards"
-    );
+    assert_no_refusal_and_no_regression(cluster.refused_replica_requests(), history);
 }

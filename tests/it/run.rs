@@ -295,6 +295,11 @@ impl Cluster {
     }
 
     pub(crate) async fn start(with_crd: bool) -> Self {
+        Self::start_under(with_crd, rbac_documents()).await
+    }
+
+    /// [`Cluster::start`] with the RBAC `documents` enforced instead of `deploy/base/rbac.yaml`.
+    pub(crate) async fn start_under(with_crd: bool, documents: Vec<serde_json::Value>) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         // The Lease's namespace, as `deploy/` creates it; one bound token per replica.
@@ -312,7 +317,7 @@ impl Cluster {
             .await
             .unwrap();
         let admin = client_for(&served.kubeconfig()).await;
-        apply(&admin, rbac_documents()).await;
+        apply(&admin, documents).await;
         let bundle = myapp_operator::certs::generate(&WEBHOOK_SANS.map(String::from)).unwrap();
         let certs = dir.path().join("certs");
         bundle.write_to(&certs).unwrap();
@@ -359,8 +364,8 @@ impl Cluster {
         self.admin.clone()
     }
 
-    /// Every request a replica's token made and the API server refused (401 or 403).
-    pub(crate) fn refused_replica_requests(&self) -> Vec<String> {
+    /// Every request a replica's token made.
+    pub(crate) fn replica_requests(&self) -> Vec<kube_sandbox::RequestRecord> {
         self.sandbox
             .faults()
             .requests()
@@ -370,6 +375,13 @@ impl Cluster {
                     .as_deref()
                     .is_some_and(|t| t.starts_with("replica-"))
             })
+            .collect()
+    }
+
+    /// Every request a replica's token made and the API server refused (401 or 403).
+    pub(crate) fn refused_replica_requests(&self) -> Vec<String> {
+        self.replica_requests()
+            .into_iter()
             .filter(|r| matches!(r.status, 401 | 403))
             .map(|r| format!("{} {} -> {} ({:?})", r.verb, r.path, r.status, r.token_id))
             .collect()

@@ -3,6 +3,7 @@
 //! whose sharder spreads MyApps over the live shards and moves a stopped replica's.
 
 use crate::rbac::{Permission, checked_permissions, compare, granted, perm, without};
+use crate::run::Cluster;
 use crate::support::operator;
 use crate::support::{converge, dev_environment, install};
 
@@ -21,7 +22,6 @@ use k8s_openapi::{
         core::v1::Service,
         rbac::v1::PolicyRule,
     },
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
@@ -29,7 +29,6 @@ use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams, PostParams},
 };
-use kube_sandbox::RequestRecord;
 use myapp_operator::{
     crd::{MyApp, Phase},
     metrics::WriteLabels,
@@ -303,14 +302,6 @@ fn granted_by(documents: &[Value]) -> BTreeSet<Permission> {
     out
 }
 
-/// A sandbox over HTTPS with the CRD, RBAC `documents` enforced, and bound tokens of the
-/// operator's ServiceAccount for replicas `replica-0` to `replica-3`.
-struct Enforced {
-    sandbox: kube_sandbox::Sandbox,
-    served: kube_sandbox::Served,
-    admin: kube::Client,
-}
-
 /// The shard Lease of a replica gone for two hours, which the sharder deletes.
 fn forgotten_lease() -> Lease {
     let two_hours_ago = Timestamp::now() - std::time::Duration::from_secs(7200);
@@ -328,73 +319,32 @@ fn forgotten_lease() -> Lease {
     }
 }
 
-impl Enforced {
-    async fn start(documents: Vec<Value>) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = kube_sandbox::Sandbox::builder().namespace("myapp-system");
-        for i in 0..4 {
-            builder = builder.service_account_token(
-                &format!("replica-{i}"),
-                "myapp-system",
-                "myapp-operator",
-            );
-        }
-        let sandbox = builder.build();
-        let served = sandbox
-            .serve_tls("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let admin = install::client_for(&served.kubeconfig()).await;
-        Api::<CustomResourceDefinition>::all(admin.clone())
-            .create(
-                &PostParams::default(),
-                &<MyApp as kube::CustomResourceExt>::crd(),
-            )
-            .await
-            .unwrap();
-        install::apply(&admin, documents).await;
-        Api::<Lease>::namespaced(admin.clone(), "myapp-system")
-            .create(&PostParams::default(), &forgotten_lease())
-            .await
-            .unwrap();
-        Self {
-            sandbox,
-            served,
-            admin,
-        }
-    }
+/// `cluster` with the Lease of a replica gone for two hours, which the sharder deletes.
+async fn with_a_forgotten_lease(cluster: Cluster) -> Cluster {
+    Api::<Lease>::namespaced(cluster.client(), "myapp-system")
+        .create(&PostParams::default(), &forgotten_lease())
+        .await
+        .unwrap();
+    cluster
+}
 
-    /// A sharded replica as `replica-<n>`, with its own token.
-    async fn replica(&self, n: usize) -> Operator {
-        let identity = format!("replica-{n}");
-        let kubeconfig = self.served.kubeconfig_for_token(&identity).unwrap();
-        Operator::start_sharded(install::client_for(&kubeconfig).await, &identity)
-    }
-
-    /// Every request the replicas made.
-    fn replica_requests(&self) -> Vec<RequestRecord> {
-        self.sandbox
-            .faults()
-            .requests()
-            .into_iter()
-            .filter(|r| {
-                r.token_id
-                    .as_deref()
-                    .is_some_and(|t| t.starts_with("replica-"))
-            })
-            .collect()
-    }
+/// A sharded replica in process, as the cluster's next replica (`replica-<n>`, its own token
+/// and identity).
+async fn sharded_replica(cluster: &Cluster) -> Operator {
+    let (kubeconfig, identity) = cluster.next_replica_kubeconfig();
+    let kubeconfig = std::fs::read_to_string(kubeconfig).unwrap();
+    Operator::start_sharded(install::client_for(&kubeconfig).await, &identity)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_replicas_need_exactly_the_base_and_sharding_rbac_and_meet_no_refusal() {
     let documents = sharded_rbac_documents();
-    let cluster = Enforced::start(documents.clone()).await;
-    let apps = Api::<MyApp>::namespaced(cluster.admin.clone(), NS);
-    let deployments = Api::<Deployment>::namespaced(cluster.admin.clone(), NS);
+    let cluster = with_a_forgotten_lease(Cluster::start_under(true, documents.clone()).await).await;
+    let apps = Api::<MyApp>::namespaced(cluster.client(), NS);
+    let deployments = Api::<Deployment>::namespaced(cluster.client(), NS);
     // One replica takes every MyApp; a second one joins (drains and let-gos move about half
     // to it) and leaves again (they move back).
-    let first = cluster.replica(0).await;
+    let first = sharded_replica(&cluster).await;
     let names: Vec<String> = (0..8).map(|i| format!("app-{i}")).collect();
     for name in &names {
         apps.create(&PostParams::default(), &MyApp::test(name))
@@ -402,7 +352,7 @@ async fn sharded_replicas_need_exactly_the_base_and_sharding_rbac_and_meet_no_re
             .unwrap();
     }
     placed(&apps, &deployments, &names).await;
-    let second = cluster.replica(1).await;
+    let second = sharded_replica(&cluster).await;
     eventually("replica-1 takes some MyApps", || async {
         let all = apps.list(&Default::default()).await.ok()?;
         all.items
@@ -414,7 +364,7 @@ async fn sharded_replicas_need_exactly_the_base_and_sharding_rbac_and_meet_no_re
     placed(&apps, &deployments, &names).await;
     second.stop().await;
     all_on(&apps, "replica-0").await;
-    let leases = Api::<Lease>::namespaced(cluster.admin.clone(), "myapp-system");
+    let leases = Api::<Lease>::namespaced(cluster.client(), "myapp-system");
     assert!(
         leases
             .get_opt("myapp-operator-shard-pod-gone")
@@ -448,12 +398,13 @@ async fn each_permission_sharding_adds_is_needed_removing_it_draws_its_403() {
     let added: BTreeSet<Permission> = granted_by(&install::deploy_documents("sharding/rbac.yaml"));
     assert_eq!(added.len(), sharder::PERMISSIONS.len(), "{added:?}");
     for removed in added {
-        let cluster = Enforced::start(without(sharded_rbac_documents(), &removed)).await;
-        let apps = Api::<MyApp>::namespaced(cluster.admin.clone(), NS);
+        let documents = without(sharded_rbac_documents(), &removed);
+        let cluster = with_a_forgotten_lease(Cluster::start_under(true, documents).await).await;
+        let apps = Api::<MyApp>::namespaced(cluster.client(), NS);
         apps.create(&PostParams::default(), &MyApp::test("web"))
             .await
             .unwrap();
-        let replica = cluster.replica(0).await;
+        let replica = sharded_replica(&cluster).await;
         eventually(&format!("a 403 for {removed:?}"), || async {
             cluster
                 .replica_requests()

@@ -27,7 +27,9 @@ use kube::{Api, ResourceExt, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
 use myapp_operator::{crd::MyApp, shard::SHARD_LABEL};
 
-use crate::oracle::{NeverBackwards, all_running, differences, set_images};
+use crate::oracle::{
+    NeverBackwards, all_running, assert_no_refusal_and_no_regression, differences, set_images,
+};
 use crate::run::{Cluster, SHORT_LEASE};
 use crate::support::install::{apply, deploy_documents};
 
@@ -281,16 +283,7 @@ async fn sharded_replicas_joining_crashing_freezing_and_leaving_never_share_a_my
         longest <= BOUND,
         "{which} was on no live shard for {longest:?}"
     );
-    assert_eq!(
-        cluster.refused_replica_requests(),
-        Vec::<String>::new(),
-        "RBAC refused a replica's request"
-    );
-    assert_eq!(
-        history.regressions(),
-        Vec::<String>::new(),
-        "observedGeneration went backwards"
-    );
+    assert_no_refusal_and_no_regression(cluster.refused_replica_requests(), history);
     drop((b, d));
 }
 
