@@ -7,6 +7,7 @@
 mod assign;
 mod live;
 mod members;
+pub mod ranges;
 mod ring;
 pub mod sharder;
 pub mod view;
