@@ -301,6 +301,12 @@ pub struct LeaderArgs {
     #[arg(long, env = "MYAPP_SHARDING", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub sharding: bool,
+    /// With --sharding, how each replica's MyApps are told apart: `label` (the default, any
+    /// cluster) or `namespace` (ranges of the namespace's hash filtered by the API server,
+    /// which must offer KEP-5866's sharded list and watch: `run` checks and refuses to start
+    /// otherwise). See docs/architecture.md, "Sharding".
+    #[arg(long, env = "MYAPP_SHARD_BY", value_enum, default_value_t = crate::shard::sharder::By::Label)]
+    pub shard_by: crate::shard::sharder::By,
 }
 
 impl LeaderArgs {
@@ -325,6 +331,8 @@ impl LeaderArgs {
         Ok(Some(crate::shard::sharder::Config {
             namespace: self.lease_namespace.clone(),
             lease_prefix: format!("{}-shard-", self.lease_name),
+            by: self.shard_by,
+            record: format!("{}-ranges", self.lease_name),
         }))
     }
 }

@@ -81,6 +81,21 @@ pub enum Error {
         "--sharding needs --leader-elect: each replica holds a shard Lease, and the holder of the operator's Lease assigns MyApps to the shards"
     )]
     ShardingWithoutElection,
+    /// `--shard-by namespace` with an identity that cannot name its acknowledgement.
+    #[error(
+        "--shard-by namespace needs an --identity of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (it names an annotation), not {0:?}"
+    )]
+    ShardIdentity(String),
+    /// `--shard-by namespace` on an API server that ignores `shardSelector`.
+    #[error(
+        "--shard-by namespace needs an API server that filters lists by shardSelector (KEP-5866, alpha in Kubernetes 1.36, behind its feature gate), and {api_server} ignored it: turn the feature on, or use --shard-by label"
+    )]
+    ShardSelectorUnsupported { api_server: String },
+    /// Asking the API server whether it filters by `shardSelector` failed.
+    #[error(
+        "--shard-by namespace: could not ask the API server whether it filters lists by shardSelector: {0}"
+    )]
+    ShardSelectorProbe(#[source] kube::Error),
     // --- telemetry ---
     /// The `--log-level` filter does not parse.
     #[error(

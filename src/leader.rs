@@ -122,13 +122,14 @@ pub async fn run(
             let started = Instant::now();
             let renewal_started = gate.now();
             // A renewal may not outlive leadership: bound each call by what is left of it.
+            let held = gate.is_open();
             let budget = gate
                 .remaining()
                 .unwrap_or(config.retry_period)
                 .min(config.renew_deadline);
             let outcome = tokio::time::timeout(
                 budget.max(Duration::from_millis(100)),
-                try_acquire_or_renew(&api, &config, &mut observed),
+                try_acquire_or_renew(&api, &config, &mut observed, held),
             )
             .await
             .unwrap_or(Err(Error::LeaseDeadline(budget)));
@@ -170,11 +171,13 @@ pub async fn run(
     }
 }
 
-/// One election step: returns whether this replica holds the lease afterwards.
+/// One election step: returns whether this replica holds the lease afterwards. `held`: whether
+/// this replica's gate was open, its hold unbroken since the last renewal.
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     config: &Config,
     observed: &mut Option<Observed>,
+    held: bool,
 ) -> Result<bool, Error> {
     let now = MicroTime(Timestamp::now());
     let Some(mut lease) = api.get_opt(&config.name).await.map_err(Error::ReadLease)? else {
@@ -212,7 +215,10 @@ async fn try_acquire_or_renew(
         return Ok(false);
     }
     let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!mine);
-    let acquired = if mine {
+    // A holder that let its Lease lapse (its gate closed) acquires it anew: the acquireTime
+    // starts a new term, which is how sharding by namespace tells a replica back from a pause
+    // from the one that held the ranges before it.
+    let acquired = if mine && held {
         current.acquire_time.unwrap_or_else(|| now.clone())
     } else {
         now.clone()

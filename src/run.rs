@@ -3,6 +3,7 @@
 
 use std::{future::Future, sync::Arc};
 
+use futures::StreamExt;
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -17,7 +18,7 @@ use crate::{
     fence::{Gate, GateCollector},
     leader,
     metrics::Metrics,
-    shard::{sharder, view::ShardView},
+    shard::{by_namespace, ranges::Ack, server_side, sharder, view::ShardView},
 };
 
 /// The `User-Agent` of every request the operator makes (kube sets none): the API server's
@@ -59,7 +60,22 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         None
     };
     let sharder = args.leader.sharder()?;
+    let by_namespace = sharder
+        .as_ref()
+        .is_some_and(|s| s.by == sharder::By::Namespace);
+    if by_namespace && !by_namespace::valid_identity(&identity) {
+        return Err(Error::ShardIdentity(identity));
+    }
     let client = client().await?;
+    if by_namespace
+        && !server_side::supported(&client)
+            .await
+            .map_err(Error::ShardSelectorProbe)?
+    {
+        return Err(Error::ShardSelectorUnsupported {
+            api_server: crate::telemetry::api_server().to_owned(),
+        });
+    }
     let parts = Parts::new();
 
     let admin_listener = admin::bind(args.admin_addr).await?;
@@ -72,9 +88,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     ));
 
     let mut admission = admission_config(&args.admission);
-    // With sharding on, the webhook labels a new MyApp for its shard from this replica's own
-    // view of the ring. The task ends with the process.
-    if let Some(sharder) = &sharder {
+    // With sharding by label, the webhook labels a new MyApp for its shard from this replica's
+    // own view of the ring. The task ends with the process.
+    if let Some(sharder) = sharder.as_ref().filter(|_| !by_namespace) {
         let view = ShardView::default();
         admission.shards = Some(view.clone());
         tokio::spawn(view.follow(
@@ -228,6 +244,18 @@ pub async fn reconcile_while_leading(
     stop: CancellationToken,
 ) {
     let gate = parts.gate.clone();
+    let reconcile = reconcile_whenever_open(&client, &config, &parts, &stop);
+    elect_beside(client.clone(), lease, gate, reconcile).await;
+}
+
+/// Runs `work` beside the election of `lease`, which keeps `gate` open while this replica
+/// holds it (open for good without a `lease`); the election ends with `work`.
+async fn elect_beside(
+    client: Client,
+    lease: Option<leader::Config>,
+    gate: Arc<Gate>,
+    work: impl Future<Output = ()>,
+) {
     let stop_election = CancellationToken::new();
     if lease.is_none() {
         gate.open_always();
@@ -238,7 +266,7 @@ pub async fn reconcile_while_leading(
     let election = async {
         if let Some(lease) = lease {
             leader::run(
-                client.clone(),
+                client,
                 lease,
                 gate.clone(),
                 stop_election.clone().cancelled_owned(),
@@ -246,11 +274,11 @@ pub async fn reconcile_while_leading(
             .await;
         }
     };
-    let reconcile = async {
-        reconcile_whenever_open(&client, &config, &parts, &stop).await;
+    let work = async {
+        work.await;
         stop_election.cancel();
     };
-    tokio::join!(election, reconcile);
+    tokio::join!(election, work);
     if gate.remaining() == Some(std::time::Duration::MAX) {
         gate.close();
     }
@@ -322,15 +350,25 @@ pub async fn shard_while_leading(
         name: sharder.lease_name(&lease.identity),
         ..lease.clone()
     };
-    config.shard = Some(lease.identity.clone());
     let metrics = parts.metrics.clone();
-    let shard = reconcile_while_leading(
-        client.clone(),
-        config,
-        Some(shard_lease),
-        parts,
-        stop.clone(),
-    );
+    let identity = lease.identity.clone();
+    let shard = async {
+        match sharder.by {
+            sharder::By::Label => {
+                config.shard = Some(identity);
+                let shard_lease = Some(shard_lease);
+                reconcile_while_leading(client.clone(), config, shard_lease, parts, stop.clone())
+                    .await;
+            }
+            sharder::By::Namespace => {
+                let gate = parts.gate.clone();
+                let reconcile = reconcile_ranges_whenever_open(
+                    &client, &config, &parts, &stop, &sharder, &identity,
+                );
+                elect_beside(client.clone(), Some(shard_lease), gate, reconcile).await;
+            }
+        }
+    };
 
     let gate = Arc::new(Gate::boot_clock());
     let stop_election = CancellationToken::new();
@@ -350,7 +388,7 @@ pub async fn shard_while_leading(
             }
             gauges.sharder.set(1);
             let stopped = tokio::select! {
-                () = sharder::run(client.clone(), sharder.clone(), gate.clone(), metrics.clone()) => false,
+                () = assign(client.clone(), sharder.clone(), gate.clone(), metrics.clone()) => false,
                 () = gate.closed() => {
                     warn!("Lost the lease: stopped assigning shards");
                     false
@@ -367,6 +405,165 @@ pub async fn shard_while_leading(
         stop_election.cancel();
     };
     tokio::join!(shard, election, assign);
+}
+
+/// The sharder of `config.by`.
+async fn assign(client: Client, config: sharder::Config, gate: Arc<Gate>, metrics: Arc<Metrics>) {
+    match config.by {
+        sharder::By::Label => sharder::run(client, config, gate, metrics).await,
+        sharder::By::Namespace => by_namespace::assign(client, config, gate, metrics).await,
+    }
+}
+
+/// A controller running on some namespace ranges, and the token that stops it gracefully.
+struct OnRanges {
+    controller: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    graceful: CancellationToken,
+}
+
+/// Sharding by namespace: each time the gate opens, learns the term it holds its shard Lease
+/// in, then follows the record of namespace ranges and runs the controller on the ranges the
+/// newest assignment gives this replica in that term, acknowledging each assignment once it
+/// serves nothing else. A change of ranges stops the controller gracefully (in-flight reconciles
+/// finish) before the ack and before it starts again on the new ranges; a closed gate drops it
+/// at once. Until `stop` is cancelled.
+async fn reconcile_ranges_whenever_open(
+    client: &Client,
+    config: &controller::Config,
+    parts: &Parts,
+    stop: &CancellationToken,
+    sharder: &sharder::Config,
+    identity: &str,
+) {
+    let gate = &parts.gate;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = gate.opened() => {}
+        }
+        let term = match by_namespace::own_term(client, sharder, identity).await {
+            Ok(term) => term,
+            Err(error) => {
+                warn!(%error, "Reading this replica's shard Lease failed");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        info!(%term, "Holding the shard Lease: following the namespace ranges");
+        let records = by_namespace::follow_record(client.clone(), sharder);
+        tokio::pin!(records);
+        let mut serving: Vec<crate::shard::ranges::Range> = Vec::new();
+        let mut newest = 0;
+        let mut running: Option<OnRanges> = None;
+        let graceful = loop {
+            let controller = async {
+                match &mut running {
+                    Some(on) => (&mut on.controller).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let record = tokio::select! {
+                () = stop.cancelled() => break true,
+                () = gate.closed() => {
+                    warn!("Lost the shard Lease: stopped reconciling");
+                    break false;
+                }
+                () = controller => {
+                    warn!("The controller on this shard's ranges ended");
+                    break false;
+                }
+                record = records.next() => match record {
+                    Some(Ok(record)) => record,
+                    Some(Err(error)) => {
+                        warn!(%error, "Watch of the namespace ranges failed");
+                        continue;
+                    }
+                    None => break false,
+                },
+            };
+            let assignment = by_namespace::assignment_of(&record);
+            if assignment.generation < newest {
+                continue;
+            }
+            newest = assignment.generation;
+            let mine = assignment.ranges_of(identity, &term);
+            if mine != serving {
+                if let Some(on) = running.take() {
+                    stop_gracefully(on, config, parts).await;
+                }
+                serving = mine.to_vec();
+                parts.metrics.shards.ring_changes.inc();
+                info!(
+                    generation = newest,
+                    ranges = serving.len(),
+                    "Namespace ranges changed"
+                );
+                running =
+                    (!serving.is_empty()).then(|| on_ranges(client, config, parts, stop, &serving));
+            }
+            let ack = Ack {
+                term: term.clone(),
+                generation: newest,
+            };
+            if let Err(error) =
+                by_namespace::acknowledge(client, gate, sharder, &record, identity, &ack).await
+            {
+                warn!(%error, "Acknowledging the namespace ranges failed");
+            }
+        };
+        if let Some(on) = running.take()
+            && graceful
+        {
+            stop_gracefully(on, config, parts).await;
+        }
+        parts.metrics.caches_synced.set(0);
+        if stop.is_cancelled() {
+            break;
+        }
+    }
+}
+
+/// The controller on `ranges`: every list and watch it makes carries their `shardSelector`.
+fn on_ranges(
+    client: &Client,
+    config: &controller::Config,
+    parts: &Parts,
+    stop: &CancellationToken,
+    ranges: &[crate::shard::ranges::Range],
+) -> OnRanges {
+    let graceful = stop.child_token();
+    let metrics = parts.metrics.clone();
+    let controller = controller::run(
+        server_side::selecting(client.clone(), ranges),
+        config.clone(),
+        parts.metrics.clone(),
+        parts.gate.clone(),
+        graceful.clone().cancelled_owned(),
+        move || {
+            metrics.caches_synced.set(1);
+        },
+    );
+    OnRanges {
+        controller: Box::pin(controller),
+        graceful,
+    }
+}
+
+/// Stops `on` gracefully: its in-flight reconciles get their deadline to finish. One that
+/// overruns it is dropped; its request may still reach the API server, where the
+/// resourceVersion preconditions refuse what the next holder of its namespaces changed.
+async fn stop_gracefully(on: OnRanges, config: &controller::Config, parts: &Parts) {
+    on.graceful.cancel();
+    let synced = parts.metrics.caches_synced.get() != 0;
+    let deadline = if synced {
+        config.reconcile_timeout
+    } else {
+        std::time::Duration::ZERO
+    };
+    if tokio::time::timeout(deadline, on.controller).await.is_err() && synced {
+        warn!("Controller did not stop within the reconcile deadline: dropped it");
+    }
+    parts.metrics.caches_synced.set(0);
 }
 
 fn default_identity() -> String {

@@ -5,10 +5,12 @@
 //! reconciles every MyApp.
 
 mod assign;
+pub mod by_namespace;
 mod live;
 mod members;
 pub mod ranges;
 mod ring;
+pub mod server_side;
 pub mod sharder;
 pub mod view;
 

@@ -53,13 +53,31 @@ const PAGE: u32 = 500;
 /// and the first pass after sharding is turned on labels every one.
 const PASS_CONCURRENCY: usize = 16;
 
-/// Where the shard Leases are.
+/// Where the shard Leases are, and how MyApps are spread over the shards.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The namespace of the shard Leases (the operator's own).
     pub namespace: String,
     /// The name every shard Lease starts with; the rest is its replica's identity.
     pub lease_prefix: String,
+    /// How a shard's MyApps are told from the others'.
+    pub by: By,
+    /// Sharding by namespace: the Lease whose annotations record who serves which ranges.
+    pub record: String,
+}
+
+/// How a shard's MyApps are told from the others'.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// A label on each MyApp and its children, set by the webhook and the sharder; the API
+    /// server selects each shard's objects by label. Works on every cluster; balances by
+    /// MyApp.
+    #[default]
+    Label,
+    /// Ranges of the namespace's hash, filtered by the API server (KEP-5866's
+    /// `shardSelector`, alpha in Kubernetes 1.36 behind its feature gate): no label writes at
+    /// all, but a namespace is never split over shards.
+    Namespace,
 }
 
 impl Config {

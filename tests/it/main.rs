@@ -24,6 +24,7 @@ mod rbac;
 mod rollout;
 mod run;
 mod shard;
+mod shard_by_namespace;
 mod shard_chaos;
 mod stale;
 mod support;

@@ -56,11 +56,20 @@ pub(crate) async fn differences(
     client: &kube::Client,
     want: &BTreeMap<String, MyAppSpec>,
 ) -> Vec<String> {
+    differences_in(client, "default", want).await
+}
+
+/// [`differences`] in `namespace`.
+pub(crate) async fn differences_in(
+    client: &kube::Client,
+    namespace: &str,
+    want: &BTreeMap<String, MyAppSpec>,
+) -> Vec<String> {
     let params = ListParams::default();
     let (apps, deployments, services) = (
-        Api::<MyApp>::namespaced(client.clone(), "default"),
-        Api::<Deployment>::namespaced(client.clone(), "default"),
-        Api::<Service>::namespaced(client.clone(), "default"),
+        Api::<MyApp>::namespaced(client.clone(), namespace),
+        Api::<Deployment>::namespaced(client.clone(), namespace),
+        Api::<Service>::namespaced(client.clone(), namespace),
     );
     let (apps, deployments, services) = match futures::try_join!(
         apps.list(&params),

@@ -300,10 +300,19 @@ impl Cluster {
 
     /// [`Cluster::start`] with the RBAC `documents` enforced instead of `deploy/base/rbac.yaml`.
     pub(crate) async fn start_under(with_crd: bool, documents: Vec<serde_json::Value>) -> Self {
+        Self::start_configured(with_crd, documents, |builder| builder).await
+    }
+
+    /// [`Cluster::start_under`] with the sandbox built by `configure` as well.
+    pub(crate) async fn start_configured(
+        with_crd: bool,
+        documents: Vec<serde_json::Value>,
+        configure: impl FnOnce(kube_sandbox::SandboxBuilder) -> kube_sandbox::SandboxBuilder,
+    ) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         // The Lease's namespace, as `deploy/` creates it; one bound token per replica.
-        let mut builder = kube_sandbox::Sandbox::builder().namespace("myapp-system");
+        let mut builder = configure(kube_sandbox::Sandbox::builder().namespace("myapp-system"));
         for i in 0..REPLICA_TOKENS {
             builder = builder.service_account_token(
                 &format!("replica-{i}"),
@@ -532,7 +541,7 @@ impl Replica {
 
 /// `myapp-operator run` on free loopback ports, reaching the API server through `kubeconfig`
 /// (in a pod: the ServiceAccount's token and CA, translated to a kubeconfig here).
-fn operator_run(kubeconfig: &std::path::Path) -> Command {
+pub(crate) fn operator_run(kubeconfig: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myapp-operator"));
     command
         .args([
@@ -547,7 +556,11 @@ fn operator_run(kubeconfig: &std::path::Path) -> Command {
 }
 
 /// Waits for the process to exit, failing with `why` after `bound`.
-async fn exits_within(process: &mut Reap, bound: Duration, why: &str) -> std::process::ExitStatus {
+pub(crate) async fn exits_within(
+    process: &mut Reap,
+    bound: Duration,
+    why: &str,
+) -> std::process::ExitStatus {
     let deadline = Instant::now() + bound;
     loop {
         if let Some(status) = process.0.try_wait().unwrap() {

@@ -52,6 +52,8 @@ impl Operator {
         let sharder = myapp_operator::shard::sharder::Config {
             namespace: "myapp-system".into(),
             lease_prefix: "myapp-operator-shard-".into(),
+            by: myapp_operator::shard::sharder::By::Label,
+            record: "myapp-operator-ranges".into(),
         };
         let task = tokio::spawn(run::shard_while_leading(
             client,
