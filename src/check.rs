@@ -37,7 +37,7 @@ pub async fn run(args: &CheckArgs) -> Result<Report, Error> {
         probe_namespace: args.probe_namespace.clone(),
         lag_bound: args.lag_bound,
         install: target::Install::Cluster,
-        sharding: false,
+        sharding: None,
     };
     Ok(check(&client, &target).await)
 }
@@ -50,8 +50,11 @@ pub async fn check(client: &Client, target: &Target) -> Report {
         return Report::new(vec![api]);
     }
     let install = target::install(client, &target.namespace).await;
-    let sharding = !matches!(install, target::Install::Dev { .. })
-        && shards::enabled(client, &target.namespace).await;
+    let sharding = if matches!(install, target::Install::Dev { .. }) {
+        None
+    } else {
+        shards::mode(client, &target.namespace).await
+    };
     let target = &Target {
         install,
         sharding,
@@ -73,7 +76,7 @@ pub async fn check(client: &Client, target: &Target) -> Report {
     groups.push(webhook);
     groups.push(cert_manager::checks(client, target, &configurations).await);
     groups.push(controller::checks(client, target).await);
-    if target.sharding {
+    if target.sharding.is_some() {
         groups.push(shards::checks(client, target, crd_installed).await);
     }
     groups.push(children::checks(client, target, crd_installed).await);

@@ -222,7 +222,7 @@ mod tests {
             probe_namespace: "default".into(),
             lag_bound: std::time::Duration::from_secs(300),
             install: Default::default(),
-            sharding: false,
+            sharding: None,
         };
         let fresh = app("fresh", 3, 2, 10);
         let current = app("current", 3, 3, 3600);

@@ -39,7 +39,7 @@ pub async fn checks(client: &Client, target: &Target) -> Group {
     let mut checks = Vec::new();
     let sharding = crate::shard::sharder::PERMISSIONS
         .iter()
-        .filter(|_| target.sharding)
+        .filter(|_| target.sharding.is_some())
         .map(|p| (p, Grant::Sharding));
     let all = operator_permissions()
         .map(|p| (p, Grant::Base))

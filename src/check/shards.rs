@@ -18,17 +18,21 @@ use super::{
     report::{Check, Group},
     target::{Target, api_message, names},
 };
-use crate::{crd::MyApp, shard::SHARD_LABEL};
+use crate::{
+    crd::MyApp,
+    shard::{SHARD_LABEL, by_namespace, ranges, sharder::By},
+};
 
 /// The name every shard Lease starts with, for `deploy/`'s Lease name.
 fn lease_prefix() -> String {
     format!("{}-shard-", names::LEASE)
 }
 
-/// Whether the operator's Deployment turns sharding on (`MYAPP_SHARDING=true` or
-/// `--sharding` on its operator container). A Deployment that cannot be read counts as off:
-/// the Controller group says what is wrong with it.
-pub async fn enabled(client: &Client, namespace: &str) -> bool {
+/// How the operator's Deployment shards, if it turns sharding on (`MYAPP_SHARDING=true` or
+/// `--sharding` on its operator container; `MYAPP_SHARD_BY` or `--shard-by` for how). A
+/// Deployment that cannot be read counts as off: the Controller group says what is wrong with
+/// it.
+pub async fn mode(client: &Client, namespace: &str) -> Option<By> {
     // As JSON: the containers' env and args are all that is read.
     let deployments = Api::<DynamicObject>::namespaced_with(
         client.clone(),
@@ -36,7 +40,7 @@ pub async fn enabled(client: &Client, namespace: &str) -> bool {
         &ApiResource::erase::<Deployment>(&()),
     );
     let Ok(Some(deployment)) = deployments.get_opt(names::DEPLOYMENT).await else {
-        return false;
+        return None;
     };
     deployment
         .data
@@ -44,29 +48,47 @@ pub async fn enabled(client: &Client, namespace: &str) -> bool {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .any(container_shards)
+        .find_map(container_shards)
 }
 
-/// Whether a container's env or args turn sharding on (the flag, which `run` takes once,
-/// overrides the variable).
-fn container_shards(container: &Value) -> bool {
-    let flag = container["args"]
+/// How a container's env or args shard, if they turn sharding on (a flag, which `run` takes
+/// once, overrides its variable).
+fn container_shards(container: &Value) -> Option<By> {
+    let args: Vec<&str> = container["args"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .find_map(|arg| match arg {
-            "--sharding" | "--sharding=true" => Some(true),
-            "--sharding=false" => Some(false),
-            _ => None,
-        });
-    let env = container["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["name"] == "MYAPP_SHARDING")
-        .map(|e| e["value"] == "true");
-    flag.or(env).unwrap_or(false)
+        .collect();
+    let env = |name: &str| {
+        container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+    };
+    let flag = args.iter().find_map(|arg| match *arg {
+        "--sharding" | "--sharding=true" => Some(true),
+        "--sharding=false" => Some(false),
+        _ => None,
+    });
+    if !flag.unwrap_or_else(|| env("MYAPP_SHARDING") == Some("true")) {
+        return None;
+    }
+    let by = args
+        .iter()
+        .enumerate()
+        .find_map(|(i, arg)| match arg.strip_prefix("--shard-by") {
+            Some("") => args.get(i + 1).copied(),
+            Some(value) => value.strip_prefix('='),
+            None => None,
+        })
+        .or_else(|| env("MYAPP_SHARD_BY"));
+    Some(match by {
+        Some("namespace") => By::Namespace,
+        _ => By::Label,
+    })
 }
 
 /// The Sharding group.
@@ -119,14 +141,29 @@ pub async fn checks(client: &Client, target: &Target, crd_installed: bool) -> Gr
         }
     };
     let apps: Vec<ObjectMeta> = apps.into_iter().map(|a| a.metadata).collect();
-    checks.push(shards.coverage(&apps, target, now));
-    checks.push(claims(client, &apps).await);
+    if target.sharding == Some(By::Namespace) {
+        let record = format!("{}-ranges", names::LEASE);
+        let assignment = leases
+            .iter()
+            .find(|lease| lease.name_any() == record)
+            .map(by_namespace::assignment_of)
+            .unwrap_or_default();
+        let on = |app: &ObjectMeta| shards.serving(&assignment, app);
+        checks.push(shards.coverage(&apps, target, now, on));
+        checks.push(shards.disjoint(&assignment, &record));
+    } else {
+        let on = |app: &ObjectMeta| app.labels.as_ref()?.get(SHARD_LABEL).cloned();
+        checks.push(shards.coverage(&apps, target, now, on));
+        checks.push(claims(client, &apps).await);
+    }
     group(checks)
 }
 
 /// The shard Leases: live ones by holder, and since when each dead one is dead.
 struct Shards {
     live: BTreeSet<String>,
+    /// Each live holder's term (its Lease's acquireTime).
+    terms: BTreeMap<String, String>,
     /// A holder whose Lease ran out: when it did (seconds since the epoch).
     dead_since: BTreeMap<String, i64>,
 }
@@ -136,6 +173,7 @@ impl Shards {
         let prefix = lease_prefix();
         let mut shards = Self {
             live: BTreeSet::new(),
+            terms: BTreeMap::new(),
             dead_since: BTreeMap::new(),
         };
         for lease in leases {
@@ -150,6 +188,9 @@ impl Shards {
             let until = renewed.map_or(0, |t| t.0.as_second())
                 + i64::from(spec.lease_duration_seconds.unwrap_or(0));
             if until >= now {
+                if let Some(term) = by_namespace::term_of(lease) {
+                    shards.terms.insert(holder.clone(), term);
+                }
                 shards.live.insert(holder);
             } else {
                 shards.dead_since.insert(holder, until);
@@ -183,8 +224,68 @@ impl Shards {
         )
     }
 
-    /// Every MyApp on a live shard, or on none (or a dead one) for no longer than the bound.
-    fn coverage(&self, apps: &[ObjectMeta], target: &Target, now: i64) -> Check {
+    /// Sharding by namespace: the shard whose entry in `assignment` holds `app`'s namespace, if
+    /// that entry counts: one of a live shard in its present term, or of a shard no longer live
+    /// (whose MyApps have been on no live shard since it died). A live shard's entry of an
+    /// earlier term serves nothing.
+    fn serving(&self, assignment: &ranges::Assignment, app: &ObjectMeta) -> Option<String> {
+        let hash = ranges::namespace_hash(app.namespace.as_deref()?);
+        let (shard, entry) = assignment
+            .shards
+            .iter()
+            .find(|(_, entry)| ranges::contains(&entry.ranges, hash))?;
+        let counts = match self.terms.get(shard) {
+            Some(term) => *term == entry.term,
+            None => !self.live.contains(shard),
+        };
+        counts.then(|| shard.clone())
+    }
+
+    /// Sharding by namespace: no two live shards in their terms hold one namespace hash (the
+    /// sharder writes none such; a record edited by hand could).
+    fn disjoint(&self, assignment: &ranges::Assignment, record: &str) -> Check {
+        const ID: &str = "sharding.claims";
+        let mut held: Vec<(u64, u64, &str)> = self
+            .terms
+            .iter()
+            .flat_map(|(shard, term)| {
+                let ranges = assignment.ranges_of(shard, term);
+                ranges
+                    .iter()
+                    .map(move |&(start, end)| (start, end, shard.as_str()))
+            })
+            .collect();
+        held.sort_unstable();
+        let twice: Vec<String> = held
+            .windows(2)
+            .filter(|pair| pair[1].0 < pair[0].1)
+            .map(|pair| format!("{} and {} from {:#x}", pair[0].2, pair[1].2, pair[1].0))
+            .collect();
+        if twice.is_empty() {
+            return Check::ok(ID, "no namespace range is held by two live shards");
+        }
+        Check::fail(
+            ID,
+            format!(
+                "namespace ranges are held by two live shards at once: {}",
+                twice.join(", ")
+            ),
+            format!(
+                "the Lease {record} was edited by hand: delete its annotations and the sharder writes them again"
+            ),
+            "sharding",
+        )
+    }
+
+    /// Every MyApp on a live shard, or on none (or a dead one) for no longer than the bound;
+    /// `on` says which shard a MyApp is on.
+    fn coverage(
+        &self,
+        apps: &[ObjectMeta],
+        target: &Target,
+        now: i64,
+        on: impl Fn(&ObjectMeta) -> Option<String>,
+    ) -> Check {
         const ID: &str = "sharding.coverage";
         let bound = target.lag_bound.as_secs() as i64;
         let mut orphans = Vec::new();
@@ -192,8 +293,8 @@ impl Shards {
             if app.deletion_timestamp.is_some() {
                 continue;
             }
-            let shard = app.labels.as_ref().and_then(|l| l.get(SHARD_LABEL));
-            let since = match shard {
+            let shard = on(app);
+            let since = match &shard {
                 Some(shard) if self.live.contains(shard) => continue,
                 Some(shard) => self.dead_since.get(shard).copied(),
                 None => None,
@@ -326,13 +427,17 @@ mod tests {
         }
     }
 
+    fn by_label(app: &ObjectMeta) -> Option<String> {
+        app.labels.as_ref()?.get(SHARD_LABEL).cloned()
+    }
+
     fn target() -> Target {
         Target {
             namespace: "myapp-system".into(),
             probe_namespace: "default".into(),
             lag_bound: std::time::Duration::from_secs(300),
             install: Default::default(),
-            sharding: true,
+            sharding: Some(By::Label),
         }
     }
 
@@ -371,7 +476,7 @@ mod tests {
             app("new", None, NOW - 10),
             app("just-lost", Some("b"), NOW - 10_000),
         ];
-        let check = shards.coverage(&healthy, &target(), NOW);
+        let check = shards.coverage(&healthy, &target(), NOW, by_label);
         assert_eq!(check.status, Status::Ok, "{check:?}");
         let check = shards.coverage(
             &[
@@ -380,6 +485,7 @@ mod tests {
             ],
             &target(),
             NOW,
+            by_label,
         );
         assert_eq!(check.status, Status::Fail);
         for part in [
@@ -392,24 +498,122 @@ mod tests {
             &[lease("myapp-operator-shard-b", "b", NOW - 1_000, 15)],
             NOW,
         );
-        let check = late.coverage(&[app("stuck", Some("b"), NOW - 10_000)], &target(), NOW);
+        let check = late.coverage(
+            &[app("stuck", Some("b"), NOW - 10_000)],
+            &target(),
+            NOW,
+            by_label,
+        );
         assert_eq!(check.status, Status::Fail, "{check:?}");
     }
 
     #[test]
     fn sharding_is_on_by_the_variable_or_the_flag_and_the_flag_wins() {
         let on = |container: Value| container_shards(&container);
-        assert!(!on(serde_json::json!({"name": "operator"})));
-        assert!(on(
-            serde_json::json!({"env": [{"name": "MYAPP_SHARDING", "value": "true"}]})
-        ));
-        assert!(!on(
-            serde_json::json!({"env": [{"name": "MYAPP_SHARDING", "value": "false"}]})
-        ));
-        assert!(on(serde_json::json!({"args": ["run", "--sharding"]})));
-        assert!(!on(serde_json::json!({
-            "args": ["run", "--sharding=false"],
-            "env": [{"name": "MYAPP_SHARDING", "value": "true"}],
-        })));
+        assert_eq!(on(serde_json::json!({"name": "operator"})), None);
+        assert_eq!(
+            on(serde_json::json!({"env": [{"name": "MYAPP_SHARDING", "value": "true"}]})),
+            Some(By::Label)
+        );
+        assert_eq!(
+            on(serde_json::json!({"env": [{"name": "MYAPP_SHARDING", "value": "false"}]})),
+            None
+        );
+        assert_eq!(
+            on(serde_json::json!({"args": ["run", "--sharding"]})),
+            Some(By::Label)
+        );
+        assert_eq!(
+            on(serde_json::json!({
+                "args": ["run", "--sharding=false"],
+                "env": [{"name": "MYAPP_SHARDING", "value": "true"}],
+            })),
+            None
+        );
+        // How: by --shard-by (either spelling) over MYAPP_SHARD_BY.
+        let by = |args: &[&str], env: &str| {
+            on(serde_json::json!({
+                "args": args,
+                "env": [
+                    {"name": "MYAPP_SHARDING", "value": "true"},
+                    {"name": "MYAPP_SHARD_BY", "value": env},
+                ],
+            }))
+        };
+        assert_eq!(by(&["run"], "namespace"), Some(By::Namespace));
+        assert_eq!(
+            by(&["run", "--shard-by", "label"], "namespace"),
+            Some(By::Label)
+        );
+        assert_eq!(
+            by(&["run", "--shard-by=namespace"], "label"),
+            Some(By::Namespace)
+        );
+    }
+
+    #[test]
+    fn by_namespace_a_myapp_is_on_the_shard_whose_entry_holds_its_namespace_in_its_term() {
+        let mut with_term = lease("myapp-operator-shard-a", "a", NOW - 5, 15);
+        with_term.spec.as_mut().unwrap().acquire_time = Some(MicroTime(at(NOW - 50)));
+        let mut back = lease("myapp-operator-shard-c", "c", NOW - 5, 15);
+        back.spec.as_mut().unwrap().acquire_time = Some(MicroTime(at(NOW - 2)));
+        let shards = Shards::from_leases(
+            &[
+                with_term,
+                back,
+                lease("myapp-operator-shard-b", "b", NOW - 100, 15),
+            ],
+            NOW,
+        );
+        let term = |second: i64| at(second).to_string();
+        let half = u64::MAX / 2;
+        let entry = |term: String, range| ranges::Entry {
+            term,
+            ranges: vec![range],
+        };
+        let assignment = ranges::Assignment {
+            generation: 4,
+            shards: BTreeMap::from([
+                ("a".to_owned(), entry(term(NOW - 50), (0, half))),
+                (
+                    "b".to_owned(),
+                    entry(term(NOW - 900), (half, half + half / 2)),
+                ),
+                (
+                    "c".to_owned(),
+                    entry(term(NOW - 900), (half + half / 2, u64::MAX)),
+                ),
+            ]),
+        };
+        let in_namespace = |namespace: &str| {
+            let meta = ObjectMeta {
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            };
+            let hash = ranges::namespace_hash(namespace);
+            (shards.serving(&assignment, &meta), hash)
+        };
+        // FNV-1a puts names alike close together: these fall in a's, b's and c's ranges.
+        for namespace in ["web", "shop", "a", "prod", "dev", "team-0"] {
+            let (on, hash) = in_namespace(namespace);
+            let want = if hash < half {
+                Some("a".to_owned())
+            } else if hash < half + half / 2 {
+                // b is dead: its MyApps are on a shard that is not live.
+                Some("b".to_owned())
+            } else {
+                // c is live in a newer term than its entry's: it serves nothing.
+                None
+            };
+            assert_eq!(on, want, "{namespace} ({hash:#x})");
+        }
+        assert_eq!(shards.disjoint(&assignment, "r").status, Status::Ok);
+        let mut twice = assignment.clone();
+        twice.shards.get_mut("a").unwrap().ranges = vec![(0, half + 1)];
+        twice.shards.get_mut("c").unwrap().term = term(NOW - 2);
+        twice.shards.get_mut("c").unwrap().ranges = vec![(half, u64::MAX)];
+        let check = shards.disjoint(&twice, "r");
+        assert_eq!(check.status, Status::Fail, "{check:?}");
+        assert!(check.message.contains("a and c"), "{}", check.message);
     }
 }

@@ -105,8 +105,9 @@ pub struct Target {
     pub lag_bound: Duration,
     /// What kind of installation this is ([`install`] reads it before the checks run).
     pub install: Install,
-    /// Whether the operator's Deployment turns sharding on (read before the checks run).
-    pub sharding: bool,
+    /// How the operator's Deployment shards, if it turns sharding on (read before the checks
+    /// run).
+    pub sharding: Option<crate::shard::sharder::By>,
 }
 
 impl Target {

@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 use super::{
     LiveShards,
     ranges::{self, Ack, Assignment, Range, namespace_hash},
-    sharder::Config,
+    sharder::{Config, forget_gone_shards},
 };
 use crate::{crd::MyApp, fence::Gate, metrics::Metrics};
 
@@ -41,6 +41,9 @@ pub const ACK_PREFIX: &str = "ack.shard.example.com/";
 
 /// How often the sharder decides again without news: a write that failed is retried.
 const RETRY_PERIOD: Duration = Duration::from_secs(5);
+
+/// How often the shard Leases of gone replicas are looked for and deleted.
+const FORGET_PERIOD: Duration = Duration::from_secs(300);
 
 /// MyApps per page when the sharder counts them per namespace.
 const PAGE: u32 = 500;
@@ -214,6 +217,7 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
     let mut record: Option<Lease> = None;
     let mut target: Option<Target> = None;
     let mut retry = tokio::time::interval(RETRY_PERIOD);
+    let mut forget = tokio::time::interval(FORGET_PERIOD);
     loop {
         let expiry = shards.next_expiry(gate.now());
         let expired = async {
@@ -236,6 +240,7 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
             },
             () = expired => {}
             _ = retry.tick() => {}
+            _ = forget.tick() => forget_gone_shards(&client, &gate, &config).await,
         }
         if !shards.listed() {
             continue;

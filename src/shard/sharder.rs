@@ -249,7 +249,7 @@ impl Sharder {
     /// Lists every MyApp's metadata a page at a time and makes each one's next label change,
     /// [`PASS_CONCURRENCY`] writes at a time.
     async fn pass(&self) {
-        self.forget_gone_shards().await;
+        forget_gone_shards(&self.client, &self.gate, &self.config).await;
         if self.ring.is_empty() {
             return;
         }
@@ -269,48 +269,6 @@ impl Sharder {
             match page.metadata.continue_.filter(|token| !token.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
-            }
-        }
-    }
-
-    /// Deletes the shard Leases nobody has renewed for an hour ([`super::live::STALE_AFTER`]):
-    /// each replica's Lease is named after its pod, so every restart leaves one behind. Such a
-    /// shard is long out of the ring; a replica that comes back creates its Lease again.
-    async fn forget_gone_shards(&self) {
-        let api = Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace);
-        let leases = match api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(error) => {
-                warn!(%error, "Listing the shard Leases to forget gone ones failed");
-                return;
-            }
-        };
-        let now = Timestamp::now();
-        for lease in leases {
-            let name = lease.name_any();
-            if !name.starts_with(&self.config.lease_prefix) || !is_stale(&lease, now) {
-                continue;
-            }
-            // Only this version: a replica that renewed it since keeps it.
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: lease.resource_version(),
-                    uid: lease.uid(),
-                }),
-                ..DeleteParams::default()
-            };
-            let deleted = async {
-                let request =
-                    kube::core::Request::new(Lease::url_path(&(), Some(&self.config.namespace)))
-                        .delete(&name, &params)
-                        .map_err(kube::Error::BuildRequest)?;
-                let request = self.gate.pass(request, "delete")?;
-                self.client.request_text(request).await
-            };
-            match deleted.await {
-                Ok(_) => info!(lease = %name, "Deleted a shard Lease nobody renewed for an hour"),
-                Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
-                Err(error) => warn!(lease = %name, %error, "Deleting a shard Lease failed"),
             }
         }
     }
@@ -343,6 +301,47 @@ impl Sharder {
             // Changed since seen: the watch of unplaced MyApps, or the next pass, brings it back.
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
             Err(error) => warn!(%namespace, %name, ?step, %error, "Shard label write failed"),
+        }
+    }
+}
+
+/// Deletes the shard Leases nobody has renewed for an hour ([`super::live::STALE_AFTER`]):
+/// each replica's Lease is named after its pod, so every restart leaves one behind. Such a
+/// shard is long out of the ring; a replica that comes back creates its Lease again.
+pub async fn forget_gone_shards(client: &Client, gate: &Gate, config: &Config) {
+    let api = Api::<Lease>::namespaced(client.clone(), &config.namespace);
+    let leases = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(error) => {
+            warn!(%error, "Listing the shard Leases to forget gone ones failed");
+            return;
+        }
+    };
+    let now = Timestamp::now();
+    for lease in leases {
+        let name = lease.name_any();
+        if !name.starts_with(&config.lease_prefix) || !is_stale(&lease, now) {
+            continue;
+        }
+        // Only this version: a replica that renewed it since keeps it.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: lease.resource_version(),
+                uid: lease.uid(),
+            }),
+            ..DeleteParams::default()
+        };
+        let deleted = async {
+            let request = kube::core::Request::new(Lease::url_path(&(), Some(&config.namespace)))
+                .delete(&name, &params)
+                .map_err(kube::Error::BuildRequest)?;
+            let request = gate.pass(request, "delete")?;
+            client.request_text(request).await
+        };
+        match deleted.await {
+            Ok(_) => info!(lease = %name, "Deleted a shard Lease nobody renewed for an hour"),
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+            Err(error) => warn!(lease = %name, %error, "Deleting a shard Lease failed"),
         }
     }
 }
