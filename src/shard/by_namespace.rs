@@ -45,6 +45,10 @@ const RETRY_PERIOD: Duration = Duration::from_secs(5);
 /// How often the shard Leases of gone replicas are looked for and deleted.
 const FORGET_PERIOD: Duration = Duration::from_secs(300);
 
+/// How often the sharder counts the MyApps per namespace again, and recuts the ranges if that
+/// is worth the moves ([`ranges::worth_moving`]).
+const RECOUNT_PERIOD: Duration = Duration::from_secs(300);
+
 /// MyApps per page when the sharder counts them per namespace.
 const PAGE: u32 = 500;
 
@@ -218,6 +222,8 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
     let mut target: Option<Target> = None;
     let mut retry = tokio::time::interval(RETRY_PERIOD);
     let mut forget = tokio::time::interval(FORGET_PERIOD);
+    let mut recount = tokio::time::interval(RECOUNT_PERIOD);
+    recount.reset();
     loop {
         let expiry = shards.next_expiry(gate.now());
         let expired = async {
@@ -241,6 +247,11 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
             () = expired => {}
             _ = retry.tick() => {}
             _ = forget.tick() => forget_gone_shards(&client, &gate, &config).await,
+            _ = recount.tick() => {
+                if let Some(target) = &mut target {
+                    target.recount(&client).await;
+                }
+            }
         }
         if !shards.listed() {
             continue;
@@ -327,6 +338,28 @@ struct Target {
 }
 
 impl Target {
+    /// Counts the MyApps per namespace again, and moves to new cuts for the same shards if
+    /// that is worth it.
+    async fn recount(&mut self, client: &Client) {
+        let weights = match weights(client).await {
+            Ok(weights) => weights,
+            Err(error) => {
+                warn!(%error, "Counting the MyApps per namespace failed");
+                return;
+            }
+        };
+        let proposed = ranges::target(self.of.iter().map(String::as_str), &weights);
+        if ranges::worth_moving(&self.ranges, &proposed, &weights) {
+            info!(
+                shards = self.of.len(),
+                namespaces = weights.len(),
+                "Namespace ranges recut: the MyApps per namespace changed"
+            );
+            self.ranges = proposed;
+        }
+        self.weights = weights;
+    }
+
     /// The MyApps (as counted) in namespaces `current` gives no live shard in its term.
     fn uncovered(&self, current: &Assignment, live: &BTreeMap<String, String>) -> u64 {
         let covered: Vec<Range> = live

@@ -134,6 +134,40 @@ pub fn target<'a>(
         .collect()
 }
 
+/// The most MyApps (by `weights`) any one shard of `target` holds.
+fn largest_share(target: &BTreeMap<String, Vec<Range>>, weights: &BTreeMap<u64, u64>) -> u64 {
+    target
+        .values()
+        .map(|ranges| {
+            weights
+                .iter()
+                .filter(|(hash, _)| contains(ranges, **hash))
+                .map(|(_, count)| count)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Whether moving from the ranges of `current` to those of `proposed` (for the same shards) is
+/// worth its moves: the largest share by `weights` would shrink by more than a fifth and by
+/// more than [`REBALANCE_AT_LEAST`] MyApps. The MyApps per namespace drift; ranges cut for an
+/// empty cluster (even cuts of the hash space) are what this corrects most.
+pub fn worth_moving(
+    current: &BTreeMap<String, Vec<Range>>,
+    proposed: &BTreeMap<String, Vec<Range>>,
+    weights: &BTreeMap<u64, u64>,
+) -> bool {
+    let (now, then) = (
+        largest_share(current, weights),
+        largest_share(proposed, weights),
+    );
+    now.saturating_sub(then) > REBALANCE_AT_LEAST && then.saturating_mul(5) < now.saturating_mul(4)
+}
+
+/// The fewest MyApps a rebalance must take off the largest shard.
+pub const REBALANCE_AT_LEAST: u64 = 10;
+
 /// The sharder's next assignment after `current`, towards `target`, given the `live` shards
 /// (identity to term) and their `acks`; `None` when nothing may or need change now.
 ///
@@ -266,6 +300,28 @@ mod tests {
         let even = super::target(["a", "b"], &BTreeMap::new());
         assert_eq!(even["a"], vec![(0, TOP / 2)]);
         assert_eq!(even["b"], vec![(TOP / 2, TOP)]);
+    }
+
+    #[test]
+    fn ranges_cut_for_an_empty_cluster_are_recut_once_the_myapps_pile_up_on_one_shard() {
+        let shards = ["pod-a", "pod-b", "pod-c"];
+        let empty = target(shards, &BTreeMap::new());
+        // FNV-1a puts team-0 to team-9 close together: one even third holds them all.
+        let counts = weights((0..10).map(|i| (format!("team-{i}"), 100)));
+        let balanced = target(shards, &counts);
+        assert!(worth_moving(&empty, &balanced, &counts));
+        assert!(!worth_moving(&balanced, &balanced, &counts));
+        // A small drift is not worth the moves.
+        let mut drifted = counts.clone();
+        *drifted.values_mut().next().unwrap() += 30;
+        assert!(!worth_moving(
+            &balanced,
+            &target(shards, &drifted),
+            &drifted
+        ));
+        // Nor is a large share of a handful of MyApps.
+        let few = weights((0..3).map(|i| (format!("team-{i}"), 1)));
+        assert!(!worth_moving(&empty, &target(shards, &few), &few));
     }
 
     #[test]
