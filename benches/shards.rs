@@ -3,7 +3,8 @@
 //!
 //! `cargo bench --bench shards -- [APPS] [RUN...]` (defaults 10000 and `1 3 5`). A run `1` is
 //! one replica as the operator runs today (sharding off, leader election on); a run `N` (or
-//! `sN`, for one) is N replicas with `--sharding`. Each run gets a fresh sandbox (HTTPS, bearer
+//! `sN`, for one) is N replicas with `--sharding`; `nN` is N replicas with `--sharding
+//! --shard-by namespace`, against a sandbox with KEP-5866's sharded list and watch on. Each run gets a fresh sandbox (HTTPS, bearer
 //! tokens) on loopback, served by the bench's process; the replicas start, each in a cgroup v1
 //! `cpu` group of its own capped at `MYAPP_BENCH_CPU` cores (default 0.1: so that the
 //! operators, not the sandbox sharing the machine, are what limits the pace; at 0.2, five
@@ -17,7 +18,13 @@
 //! as `benches/operator.rs` judges it, read from the sandbox's store), and after the last
 //! create; per replica, the MyApps its shard holds, its CPU while converging and its RSS idle
 //! and converged (the difference: what it caches); child and status writes per MyApp, and the
-//! label writes the sharder made. Then each run's speed against the first. Needs root (the
+//! label writes the sharder made. Then each run's speed against the first.
+//!
+//! `MYAPP_BENCH_EXISTING=1`: the MyApps are created before the replicas start, and times count
+//! from their start (a restart of the operator over existing MyApps). No idle RSS then, so
+//! "holds" is the converged RSS. Sharding by namespace cuts its ranges by the MyApps per
+//! namespace it counts; with none yet it cuts the hash space evenly, and recuts 5 minutes later,
+//! so its figures mean something in this mode only. Needs root (the
 //! cgroups); fails, rather than report unthrottled figures, when it cannot cap a replica.
 //! `MYAPP_BENCH_OPERATOR` names the binary to measure (default: built now, as the image's).
 
@@ -58,26 +65,40 @@ const AT_ONCE: usize = 32;
 struct Run {
     replicas: usize,
     sharded: bool,
+    by_namespace: bool,
 }
 
 impl Run {
     fn parse(text: &str) -> Option<Self> {
-        let (sharded, count) = match text.strip_prefix('s') {
-            Some(count) => (true, count),
-            None => (false, text),
+        let (sharded, by_namespace, count) = match (text.strip_prefix('s'), text.strip_prefix('n'))
+        {
+            (Some(count), _) => (true, false, count),
+            (_, Some(count)) => (true, true, count),
+            _ => (false, false, text),
         };
         let replicas: usize = count.parse().ok().filter(|&n| n > 0)?;
         Some(Self {
             replicas,
             sharded: sharded || replicas > 1,
+            by_namespace,
         })
     }
 
+    /// Whether the replicas place MyApps by label (which the bench sets as the webhook would).
+    fn by_label(self) -> bool {
+        self.sharded && !self.by_namespace
+    }
+
     fn label(self) -> String {
+        let on = if self.by_namespace {
+            "sharding by namespace"
+        } else {
+            "sharding on"
+        };
         match (self.replicas, self.sharded) {
             (1, false) => "1 replica, sharding off".into(),
-            (1, true) => "1 replica, sharding on".into(),
-            (n, _) => format!("{n} replicas, sharding on"),
+            (1, true) => format!("1 replica, {on}"),
+            (n, _) => format!("{n} replicas, {on}"),
         }
     }
 }
@@ -177,7 +198,9 @@ fn main() -> ExitCode {
         match args[1..].iter().map(|a| Run::parse(a)).collect() {
             Some(runs) => runs,
             None => {
-                eprintln!("runs are replica counts, `sN` for N sharded replicas: {args:?}");
+                eprintln!(
+                    "runs are replica counts, `sN` for N sharded replicas, `nN` for N sharded by namespace: {args:?}"
+                );
                 return ExitCode::FAILURE;
             }
         }
@@ -268,22 +291,165 @@ async fn one_run(
     for namespace in &names {
         builder = builder.namespace(namespace);
     }
-    let sandbox = builder.build();
+    let sandbox = builder.sharded_list_watch(run.by_namespace).build();
     let (_served, client) = serve_with_crd(&sandbox, &dir.path().join("kubeconfig")).await;
     let bundle = myapp_operator::certs::generate(&["localhost".to_owned()]).unwrap();
     bundle.write_to(&dir.path().join("certs")).unwrap();
 
+    let existing = setting("MYAPP_BENCH_EXISTING", 0) == 1;
     let identities: Vec<String> = (0..run.replicas).map(|i| format!("pod-{i}")).collect();
+    // The MyApps, spread over the namespaces, each labelled for its shard as the webhook would.
+    let ring = run.by_label().then(|| Ring::new(&identities));
+    let placed: Vec<(String, String, Option<String>)> = (0..apps)
+        .map(|i| {
+            let namespace = names[i % namespaces].clone();
+            let name = format!("app-{i}");
+            let shard = ring
+                .as_ref()
+                .and_then(|ring| ring.shard_for(&namespace, &name).map(str::to_owned));
+            (namespace, name, shard)
+        })
+        .collect();
+    let mut observed: Vec<probe::Observed> = names
+        .iter()
+        .map(|namespace| {
+            let mine = placed
+                .iter()
+                .filter(|(ns, _, _)| ns == namespace)
+                .map(|(_, name, _)| name.clone());
+            probe::Observed::start(&sandbox, namespace, mine)
+        })
+        .collect();
+    let create = || async {
+        stream::iter(placed.clone())
+            .for_each_concurrent(AT_ONCE, |(namespace, name, shard)| {
+                let api = Api::<MyApp>::namespaced(client.clone(), &namespace);
+                let create = tokio::spawn(async move {
+                    let mut app = MyApp::test(&name);
+                    if let Some(shard) = shard {
+                        app.metadata
+                            .labels
+                            .get_or_insert_default()
+                            .insert(SHARD_LABEL.to_owned(), shard);
+                    }
+                    if let Err(e) = api.create(&PostParams::default(), &app).await {
+                        panic!("creating MyApp {namespace}/{name}: {e}");
+                    }
+                });
+                async move { create.await.expect("a create task panicked") }
+            })
+            .await;
+    };
+    if existing {
+        create().await;
+        sandbox.faults().clear_requests();
+    }
+    let started = Instant::now();
     let mut replicas = Vec::new();
     for identity in &identities {
         replicas.push(start(binary, dir.path(), identity, run, cores)?);
     }
+    let (first_create, idle, cpu_idle) = if existing {
+        (started, vec![0; replicas.len()], vec![0.0; replicas.len()])
+    } else {
+        let (idle, cpu_idle) = settle(&replicas, run, &client, &identities).await?;
+        sandbox.faults().clear_requests();
+        let first_create = Instant::now();
+        create().await;
+        (first_create, idle, cpu_idle)
+    };
+    let created = first_create.elapsed();
+    let deadline = Duration::from_secs(60) + Duration::from_millis(apps as u64 * 20);
+    wait_until(
+        "convergence of every MyApp",
+        deadline,
+        Duration::from_millis(100),
+        || {
+            let why = observed.iter_mut().find_map(probe::Observed::unconverged);
+            std::future::ready(why)
+        },
+    )
+    .await?;
+    let converged = first_create.elapsed();
+
+    let agent = USER_AGENT;
+    let writes = requests::of(&sandbox, agent);
+    if writes.object_writes() == 0 {
+        return Err(requests::unattributed(
+            &sandbox,
+            agent,
+            "the writes that converged the MyApps",
+        ));
+    }
+    let label_writes = sandbox
+        .faults()
+        .request_counts()
+        .into_iter()
+        .filter(|(key, _)| {
+            key.user_agent.as_deref() == Some(agent)
+                && key.verb == "patch"
+                && key.resource.as_deref() == Some("myapps")
+                && key.subresource.is_none()
+        })
+        .map(|(_, count)| count)
+        .sum();
+    let mut figures = Vec::new();
+    for (i, replica) in replicas.iter().enumerate() {
+        let myapps = if run.by_namespace {
+            probe::shard_objects(replica.admin).await? as usize
+        } else {
+            placed
+                .iter()
+                .filter(|(_, _, shard)| {
+                    !run.by_label() || shard.as_deref() == Some(&replica.identity)
+                })
+                .count()
+        };
+        progress(&format!(
+            "{}: {}",
+            replica.identity,
+            replica.cap.throttled()
+        ));
+        figures.push(ReplicaFigures {
+            identity: replica.identity.clone(),
+            myapps,
+            cpu: cpu_seconds(replica.pid)? - cpu_idle[i],
+            idle_kib: idle[i],
+            converged_kib: status_kib(replica.pid, "VmRSS"),
+        });
+    }
+    let measured = Measured {
+        run,
+        converged,
+        after_last_create: converged.saturating_sub(created),
+        replicas: figures,
+        child_and_status_writes: (writes.child_writes + writes.status_writes) as f64 / apps as f64,
+        label_writes,
+    };
+    progress(&format!(
+        "{}: converged {:.1} s after the first create ({:.1} s after the last)",
+        run.label(),
+        measured.converged.as_secs_f64(),
+        measured.after_last_create.as_secs_f64()
+    ));
+    drop(replicas);
+    Ok(measured)
+}
+
+/// Waits until every replica's caches synced and, sharded, every shard Lease is held, then a
+/// second more: each replica's idle RSS and CPU so far.
+async fn settle(
+    replicas: &[Replica],
+    run: Run,
+    client: &kube::Client,
+    identities: &[String],
+) -> Outcome<(Vec<u64>, Vec<f64>)> {
     wait_until(
         "every replica's caches synced",
         Duration::from_secs(120),
         Duration::from_millis(100),
         || async {
-            for replica in &replicas {
+            for replica in replicas {
                 match probe::caches_synced(replica.admin).await {
                     Ok(true) => {}
                     Ok(false) => return Some(format!("{} has not synced", replica.identity)),
@@ -331,119 +497,7 @@ async fn one_run(
         .iter()
         .map(|r| cpu_seconds(r.pid))
         .collect::<Outcome<_>>()?;
-    sandbox.faults().clear_requests();
-
-    // The MyApps, spread over the namespaces, each labelled for its shard as the webhook would.
-    let ring = run.sharded.then(|| Ring::new(&identities));
-    let placed: Vec<(String, String, Option<String>)> = (0..apps)
-        .map(|i| {
-            let namespace = names[i % namespaces].clone();
-            let name = format!("app-{i}");
-            let shard = ring
-                .as_ref()
-                .and_then(|ring| ring.shard_for(&namespace, &name).map(str::to_owned));
-            (namespace, name, shard)
-        })
-        .collect();
-    let mut observed: Vec<probe::Observed> = names
-        .iter()
-        .map(|namespace| {
-            let mine = placed
-                .iter()
-                .filter(|(ns, _, _)| ns == namespace)
-                .map(|(_, name, _)| name.clone());
-            probe::Observed::start(&sandbox, namespace, mine)
-        })
-        .collect();
-    let first_create = Instant::now();
-    stream::iter(placed.clone())
-        .for_each_concurrent(AT_ONCE, |(namespace, name, shard)| {
-            let api = Api::<MyApp>::namespaced(client.clone(), &namespace);
-            let create = tokio::spawn(async move {
-                let mut app = MyApp::test(&name);
-                if let Some(shard) = shard {
-                    app.metadata
-                        .labels
-                        .get_or_insert_default()
-                        .insert(SHARD_LABEL.to_owned(), shard);
-                }
-                if let Err(e) = api.create(&PostParams::default(), &app).await {
-                    panic!("creating MyApp {namespace}/{name}: {e}");
-                }
-            });
-            async move { create.await.expect("a create task panicked") }
-        })
-        .await;
-    let created = first_create.elapsed();
-    let deadline = Duration::from_secs(60) + Duration::from_millis(apps as u64 * 20);
-    wait_until(
-        "convergence of every MyApp",
-        deadline,
-        Duration::from_millis(100),
-        || {
-            let why = observed.iter_mut().find_map(probe::Observed::unconverged);
-            std::future::ready(why)
-        },
-    )
-    .await?;
-    let converged = first_create.elapsed();
-
-    let agent = USER_AGENT;
-    let writes = requests::of(&sandbox, agent);
-    if writes.object_writes() == 0 {
-        return Err(requests::unattributed(
-            &sandbox,
-            agent,
-            "the writes that converged the MyApps",
-        ));
-    }
-    let label_writes = sandbox
-        .faults()
-        .request_counts()
-        .into_iter()
-        .filter(|(key, _)| {
-            key.user_agent.as_deref() == Some(agent)
-                && key.verb == "patch"
-                && key.resource.as_deref() == Some("myapps")
-                && key.subresource.is_none()
-        })
-        .map(|(_, count)| count)
-        .sum();
-    let mut figures = Vec::new();
-    for (i, replica) in replicas.iter().enumerate() {
-        let myapps = placed
-            .iter()
-            .filter(|(_, _, shard)| !run.sharded || shard.as_deref() == Some(&replica.identity))
-            .count();
-        progress(&format!(
-            "{}: {}",
-            replica.identity,
-            replica.cap.throttled()
-        ));
-        figures.push(ReplicaFigures {
-            identity: replica.identity.clone(),
-            myapps,
-            cpu: cpu_seconds(replica.pid)? - cpu_idle[i],
-            idle_kib: idle[i],
-            converged_kib: status_kib(replica.pid, "VmRSS"),
-        });
-    }
-    let measured = Measured {
-        run,
-        converged,
-        after_last_create: converged.saturating_sub(created),
-        replicas: figures,
-        child_and_status_writes: (writes.child_writes + writes.status_writes) as f64 / apps as f64,
-        label_writes,
-    };
-    progress(&format!(
-        "{}: converged {:.1} s after the first create ({:.1} s after the last)",
-        run.label(),
-        measured.converged.as_secs_f64(),
-        measured.after_last_create.as_secs_f64()
-    ));
-    drop(replicas);
-    Ok(measured)
+    Ok((idle, cpu_idle))
 }
 
 /// Starts a replica as `identity` under its CPU cap.
@@ -468,6 +522,9 @@ fn start(binary: &Path, dir: &Path, identity: &str, run: Run, cores: f64) -> Out
         .stderr(Stdio::piped());
     if run.sharded {
         command.arg("--sharding");
+    }
+    if run.by_namespace {
+        command.args(["--shard-by", "namespace"]);
     }
     let mut child = command
         .spawn()

@@ -399,6 +399,15 @@ pub async fn reconcile_errors(admin: SocketAddr) -> Result<u64, String> {
         })
 }
 
+/// The MyApps the operator's controller holds (`myapp_shard_objects`): the shards bench's.
+#[allow(dead_code)]
+pub async fn shard_objects(admin: SocketAddr) -> Result<u64, String> {
+    let metrics = scrape(admin).await?;
+    sum(&metrics, "myapp_shard_objects")
+        .map(|n| n as u64)
+        .ok_or_else(|| format!("the admin server at {admin} reports no myapp_shard_objects"))
+}
+
 /// Whether the operator's watch caches hold a complete list (`myapp_caches_synced`).
 pub async fn caches_synced(admin: SocketAddr) -> Result<bool, String> {
     let metrics = scrape(admin).await?;
