@@ -4,6 +4,7 @@
 use std::{future::Future, sync::Arc};
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -453,8 +454,12 @@ async fn reconcile_ranges_whenever_open(
         let records = by_namespace::follow_record(client.clone(), sharder);
         tokio::pin!(records);
         let mut serving: Vec<crate::shard::ranges::Range> = Vec::new();
-        let mut newest = 0;
+        // The newest assignment acted on: its record's uid (a record deleted and written again
+        // starts over at generation 0) and generation.
+        let mut newest: (Option<String>, u64) = (None, 0);
         let mut running: Option<OnRanges> = None;
+        // The record whose assignment is not acknowledged yet, after a write that failed.
+        let mut unacknowledged: Option<Lease> = None;
         let graceful = loop {
             let controller = async {
                 match &mut running {
@@ -462,8 +467,15 @@ async fn reconcile_ranges_whenever_open(
                     None => std::future::pending().await,
                 }
             };
+            let retry_ack = async {
+                match &unacknowledged {
+                    Some(_) => tokio::time::sleep(ACK_RETRY).await,
+                    None => std::future::pending().await,
+                }
+            };
             let record = tokio::select! {
                 () = stop.cancelled() => break true,
+                () = retry_ack => unacknowledged.take().expect("a record to acknowledge"),
                 () = gate.closed() => {
                     warn!("Lost the shard Lease: stopped reconciling");
                     break false;
@@ -482,10 +494,11 @@ async fn reconcile_ranges_whenever_open(
                 },
             };
             let assignment = by_namespace::assignment_of(&record);
-            if assignment.generation < newest {
+            let uid = record.metadata.uid.clone();
+            if uid == newest.0 && assignment.generation < newest.1 {
                 continue;
             }
-            newest = assignment.generation;
+            newest = (uid, assignment.generation);
             let mine = assignment.ranges_of(identity, &term);
             if mine != serving {
                 if let Some(on) = running.take() {
@@ -494,7 +507,7 @@ async fn reconcile_ranges_whenever_open(
                 serving = mine.to_vec();
                 parts.metrics.shards.ring_changes.inc();
                 info!(
-                    generation = newest,
+                    generation = assignment.generation,
                     ranges = serving.len(),
                     "Namespace ranges changed"
                 );
@@ -503,13 +516,17 @@ async fn reconcile_ranges_whenever_open(
             }
             let ack = Ack {
                 term: term.clone(),
-                generation: newest,
+                generation: assignment.generation,
             };
-            if let Err(error) =
-                by_namespace::acknowledge(client, gate, sharder, &record, identity, &ack).await
-            {
-                warn!(%error, "Acknowledging the namespace ranges failed");
-            }
+            let acknowledged =
+                by_namespace::acknowledge(client, gate, sharder, &record, identity, &ack).await;
+            unacknowledged = match acknowledged {
+                Ok(()) => None,
+                Err(error) => {
+                    warn!(%error, "Acknowledging the namespace ranges failed: retrying");
+                    Some(record)
+                }
+            };
         };
         if let Some(on) = running.take()
             && graceful
@@ -522,6 +539,10 @@ async fn reconcile_ranges_whenever_open(
         }
     }
 }
+
+/// How long a shard waits to acknowledge again after the write failed: the sharder gives
+/// nothing away until it does.
+const ACK_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The controller on `ranges`: every list and watch it makes carries their `shardSelector`.
 fn on_ranges(
