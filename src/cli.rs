@@ -323,6 +323,9 @@ impl LeaderArgs {
     /// Where the shard Leases are, with sharding on (`None` with it off).
     pub fn sharder(&self) -> Result<Option<crate::shard::sharder::Config>, crate::Error> {
         if !self.sharding {
+            if self.shard_by == crate::shard::sharder::By::Namespace {
+                return Err(crate::Error::ShardByWithoutSharding);
+            }
             return Ok(None);
         }
         if !self.leader_elect {
@@ -472,6 +475,22 @@ mod tests {
         assert!(
             matches!(refused, Err(crate::Error::ShardingWithoutElection)),
             "{refused:?}"
+        );
+        let by_namespace = sharder(&[
+            "myapp-operator",
+            "run",
+            "--sharding",
+            "--shard-by",
+            "namespace",
+        ])
+        .unwrap()
+        .expect("sharding on");
+        assert_eq!(by_namespace.by, crate::shard::sharder::By::Namespace);
+        assert_eq!(by_namespace.record, "myapp-operator-ranges");
+        let alone = sharder(&["myapp-operator", "run", "--shard-by=namespace"]);
+        assert!(
+            matches!(alone, Err(crate::Error::ShardByWithoutSharding)),
+            "{alone:?}"
         );
     }
 

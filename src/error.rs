@@ -81,6 +81,11 @@ pub enum Error {
         "--sharding needs --leader-elect: each replica holds a shard Lease, and the holder of the operator's Lease assigns MyApps to the shards"
     )]
     ShardingWithoutElection,
+    /// `--shard-by namespace` without `--sharding`: it would be silently ignored.
+    #[error(
+        "--shard-by namespace says how to shard, and sharding is off: add --sharding (MYAPP_SHARDING=true), or drop --shard-by"
+    )]
+    ShardByWithoutSharding,
     /// `--shard-by namespace` with an identity that cannot name its acknowledgement.
     #[error(
         "--shard-by namespace needs an --identity of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (it names an annotation), not {0:?}"
