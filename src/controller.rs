@@ -170,6 +170,15 @@ pub async fn run(
         })
     };
 
+    // Reconciles still waiting for the children's lists see the stop and end (see `stopping`).
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let shutdown = {
+        let stopping = stopping.clone();
+        async move {
+            shutdown.await;
+            stopping.cancel();
+        }
+    };
     let publishing = TaskTracker::new();
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
@@ -194,8 +203,22 @@ pub async fn run(
         deleted,
         fights: fight::Fights::default(),
         publishing: publishing.clone(),
+        stopping: stopping.clone(),
     });
 
+    // kube runs no reconcile before the MyApp cache's first list, and a stop ends the watches:
+    // asked to stop before that list, the Controller would wait for it forever. Nothing has
+    // run then, so it ends at once.
+    let stopped_unlisted = {
+        let (stopping, apps_listed) = (stopping.clone(), apps_listed.clone());
+        async move {
+            stopping.cancelled().await;
+            if !apps_listed.done() {
+                return;
+            }
+            future::pending::<()>().await;
+        }
+    };
     // Lives as long as the Controller below, never longer (a watch that never lists would
     // otherwise leave it waiting after leadership ends).
     let announce_synced = async move {
@@ -242,6 +265,7 @@ pub async fn run(
     tokio::select! {
         () = controller => {}
         () = announce_synced => {}
+        () = stopped_unlisted => {}
     }
     publishing.close();
     if tokio::time::timeout(PUBLISH_AT_STOP, publishing.wait())

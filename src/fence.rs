@@ -116,6 +116,8 @@ pub struct Gate {
     refused: AtomicU64,
     /// Events dropped unpublished because the gate closed.
     dropped_events: AtomicU64,
+    /// How many times the gate opened after being closed or past its deadline.
+    tenures: AtomicU64,
 }
 
 impl Gate {
@@ -127,6 +129,7 @@ impl Gate {
             open: watch::Sender::new(false),
             refused: AtomicU64::new(0),
             dropped_events: AtomicU64::new(0),
+            tenures: AtomicU64::new(0),
         }
     }
 
@@ -147,14 +150,22 @@ impl Gate {
             self.close();
             return false;
         }
+        let lapsed = !self.is_open();
+        if lapsed {
+            self.tenures.fetch_add(1, Ordering::SeqCst);
+        }
         self.until.store(deadline.nanos().max(1), Ordering::SeqCst);
+        // A new tenure is news even to those who never saw the gate closed ([`Gate::left`]).
         self.open
-            .send_if_modified(|open| !std::mem::replace(open, true));
+            .send_if_modified(|open| !std::mem::replace(open, true) || lapsed);
         true
     }
 
     /// Opens the gate for good: the only replica, without leader election.
     pub fn open_always(&self) {
+        if !self.is_open() {
+            self.tenures.fetch_add(1, Ordering::SeqCst);
+        }
         self.until.store(ALWAYS, Ordering::SeqCst);
         self.open
             .send_if_modified(|open| !std::mem::replace(open, true));
@@ -195,6 +206,18 @@ impl Gate {
         Ok(request)
     }
 
+    /// Which tenure the gate is in: raised each time it opens after being closed or past its
+    /// deadline. A holder that lapsed and renewed is in another tenure even if nobody saw the
+    /// gate closed in between (the deadline passed during a pause, and the renewal came first).
+    pub fn tenure(&self) -> u64 {
+        self.tenures.load(Ordering::SeqCst)
+    }
+
+    /// Whether the gate is open in `tenure`: open now, and not reopened since.
+    pub fn holds(&self, tenure: u64) -> bool {
+        self.is_open() && self.tenure() == tenure
+    }
+
     /// Whether a write would pass now. Reads the clock; changes nothing.
     pub fn is_open(&self) -> bool {
         match self.until.load(Ordering::SeqCst) {
@@ -225,6 +248,16 @@ impl Gate {
     /// Resolves once the gate is closed (at once if it is).
     pub async fn closed(&self) {
         let _ = self.open.subscribe().wait_for(|open| !*open).await;
+    }
+
+    /// Resolves once the gate is no longer open in `tenure` (at once if it is not): closed, or
+    /// opened again in a new tenure, which [`Gate::closed`] may never see.
+    pub async fn left(&self, tenure: u64) {
+        let _ = self
+            .open
+            .subscribe()
+            .wait_for(|_| !self.holds(tenure))
+            .await;
     }
 
     /// Closes the gate at its deadline, whether or not anything writes then; runs until dropped.
@@ -409,6 +442,47 @@ mod tests {
         clock.advance(Duration::from_secs(11));
         assert!(!gate.open_until(started.after(Duration::from_secs(10))));
         assert_eq!(gate.check(), Err(Fenced));
+    }
+
+    #[test]
+    fn a_gate_reopened_after_its_deadline_passed_unseen_is_in_a_new_tenure() {
+        let (clock, gate) = gate();
+        assert!(gate.open_until(gate.now().after(Duration::from_secs(10))));
+        let first = gate.tenure();
+        assert!(gate.holds(first));
+        // Renewals in time stay in the tenure.
+        clock.advance(Duration::from_secs(5));
+        assert!(gate.open_until(gate.now().after(Duration::from_secs(10))));
+        assert!(gate.holds(first));
+        // A pause past the deadline, and the renewal runs before anything looked at the gate.
+        clock.advance(Duration::from_secs(20));
+        assert!(*gate.open.borrow(), "nobody has seen it closed");
+        assert!(gate.open_until(gate.now().after(Duration::from_secs(10))));
+        assert!(gate.is_open());
+        assert!(!gate.holds(first));
+        assert!(gate.holds(first + 1));
+        gate.close();
+        assert!(!gate.holds(first + 1));
+    }
+
+    #[tokio::test]
+    async fn leaving_a_tenure_is_seen_even_when_the_gate_never_looked_closed() {
+        let (clock, gate) = gate();
+        let gate = Arc::new(gate);
+        assert!(gate.open_until(gate.now().after(Duration::from_secs(10))));
+        let tenure = gate.tenure();
+        let left = tokio::spawn({
+            let gate = gate.clone();
+            async move { gate.left(tenure).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!left.is_finished());
+        clock.advance(Duration::from_secs(20));
+        assert!(gate.open_until(gate.now().after(Duration::from_secs(10))));
+        tokio::time::timeout(Duration::from_secs(5), left)
+            .await
+            .expect("left resolves")
+            .unwrap();
     }
 
     #[test]

@@ -298,6 +298,7 @@ async fn reconcile_whenever_open(
             () = stop.cancelled() => break,
             () = gate.opened() => {}
         }
+        let tenure = gate.tenure();
         let metrics = parts.metrics.clone();
         let graceful = stop.clone().cancelled_owned();
         let controller = controller::run(
@@ -326,7 +327,7 @@ async fn reconcile_whenever_open(
         };
         tokio::select! {
             () = controller => {}
-            () = gate.closed() => warn!("Lost the lease: stopped reconciling"),
+            () = gate.left(tenure) => warn!("Lost the lease: stopped reconciling"),
             () = overdue => {}
         }
         parts.metrics.caches_synced.set(0);
@@ -442,8 +443,12 @@ async fn reconcile_ranges_whenever_open(
             () = stop.cancelled() => break,
             () = gate.opened() => {}
         }
+        // Everything below belongs to this tenure of the shard Lease: leaving it (a lapse,
+        // even one renewed before anything saw the gate closed) ends it all.
+        let tenure = gate.tenure();
         let term = match by_namespace::own_term(client, sharder, identity).await {
-            Ok(term) => term,
+            Ok(term) if gate.holds(tenure) => term,
+            Ok(_) => continue,
             Err(error) => {
                 warn!(%error, "Reading this replica's shard Lease failed");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -476,7 +481,7 @@ async fn reconcile_ranges_whenever_open(
             let record = tokio::select! {
                 () = stop.cancelled() => break true,
                 () = retry_ack => unacknowledged.take().expect("a record to acknowledge"),
-                () = gate.closed() => {
+                () = gate.left(tenure) => {
                     warn!("Lost the shard Lease: stopped reconciling");
                     break false;
                 }
@@ -501,8 +506,13 @@ async fn reconcile_ranges_whenever_open(
             newest = (uid, assignment.generation);
             let mine = assignment.ranges_of(identity, &term);
             if mine != serving {
-                if let Some(on) = running.take() {
-                    stop_gracefully(on, config, parts).await;
+                if let Some(on) = running.take()
+                    && !stop_gracefully(on, config, parts, tenure).await
+                {
+                    break false;
+                }
+                if !gate.holds(tenure) {
+                    break false;
                 }
                 serving = mine.to_vec();
                 parts.metrics.shards.ring_changes.inc();
@@ -513,6 +523,9 @@ async fn reconcile_ranges_whenever_open(
                 );
                 running =
                     (!serving.is_empty()).then(|| on_ranges(client, config, parts, stop, &serving));
+            }
+            if !gate.holds(tenure) {
+                break false;
             }
             let ack = Ack {
                 term: term.clone(),
@@ -531,7 +544,7 @@ async fn reconcile_ranges_whenever_open(
         if let Some(on) = running.take()
             && graceful
         {
-            stop_gracefully(on, config, parts).await;
+            stop_gracefully(on, config, parts, tenure).await;
         }
         parts.metrics.caches_synced.set(0);
         if stop.is_cancelled() {
@@ -570,21 +583,29 @@ fn on_ranges(
     }
 }
 
-/// Stops `on` gracefully: its in-flight reconciles get their deadline to finish. One that
-/// overruns it is dropped; its request may still reach the API server, where the
-/// resourceVersion preconditions refuse what the next holder of its namespaces changed.
-async fn stop_gracefully(on: OnRanges, config: &controller::Config, parts: &Parts) {
+/// Stops `on` gracefully: its in-flight reconciles get their deadline to finish (a reconcile
+/// may start before every cache has synced, so the deadline holds whether they have or not).
+/// One that overruns it is dropped, and so is everything the moment the gate leaves `tenure`;
+/// a request of theirs already sent may still reach the API server, where the resourceVersion
+/// preconditions refuse what the next holder of the namespaces changed. Whether the gate still
+/// holds in `tenure`.
+async fn stop_gracefully(
+    on: OnRanges,
+    config: &controller::Config,
+    parts: &Parts,
+    tenure: u64,
+) -> bool {
     on.graceful.cancel();
-    let synced = parts.metrics.caches_synced.get() != 0;
-    let deadline = if synced {
-        config.reconcile_timeout
-    } else {
-        std::time::Duration::ZERO
-    };
-    if tokio::time::timeout(deadline, on.controller).await.is_err() && synced {
-        warn!("Controller did not stop within the reconcile deadline: dropped it");
+    let gate = &parts.gate;
+    tokio::select! {
+        () = on.controller => {}
+        () = tokio::time::sleep(config.reconcile_timeout) => {
+            warn!("Controller did not stop within the reconcile deadline: dropped it");
+        }
+        () = gate.left(tenure) => {}
     }
     parts.metrics.caches_synced.set(0);
+    gate.holds(tenure)
 }
 
 fn default_identity() -> String {

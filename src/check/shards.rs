@@ -143,17 +143,20 @@ pub async fn checks(client: &Client, target: &Target, crd_installed: bool) -> Gr
     let apps: Vec<ObjectMeta> = apps.into_iter().map(|a| a.metadata).collect();
     if target.sharding == Some(By::Namespace) {
         let record = format!("{}-ranges", names::LEASE);
-        let assignment = leases
-            .iter()
-            .find(|lease| lease.name_any() == record)
-            .map(by_namespace::assignment_of)
-            .unwrap_or_default();
+        let found = leases.iter().find(|lease| lease.name_any() == record);
+        let assignment = found.map(by_namespace::assignment_of).unwrap_or_default();
+        let changed = found.and_then(|lease| {
+            let writes = lease.metadata.managed_fields.iter().flatten();
+            writes
+                .filter_map(|w| Some(w.time.as_ref()?.0.as_second()))
+                .max()
+        });
         let on = |app: &ObjectMeta| shards.serving(&assignment, app);
-        checks.push(shards.coverage(&apps, target, now, on));
+        checks.push(shards.coverage(&apps, target, now, on, changed));
         checks.push(shards.disjoint(&assignment, &record));
     } else {
         let on = |app: &ObjectMeta| app.labels.as_ref()?.get(SHARD_LABEL).cloned();
-        checks.push(shards.coverage(&apps, target, now, on));
+        checks.push(shards.coverage(&apps, target, now, on, None));
         checks.push(claims(client, &apps).await);
     }
     group(checks)
@@ -278,13 +281,16 @@ impl Shards {
     }
 
     /// Every MyApp on a live shard, or on none (or a dead one) for no longer than the bound;
-    /// `on` says which shard a MyApp is on.
+    /// `on` says which shard a MyApp is on. A MyApp on no shard has been so since it was
+    /// created, or since `unplaced_since` if that is later (sharding by namespace: the record's
+    /// last change, which every step of a hand-over is).
     fn coverage(
         &self,
         apps: &[ObjectMeta],
         target: &Target,
         now: i64,
         on: impl Fn(&ObjectMeta) -> Option<String>,
+        unplaced_since: Option<i64>,
     ) -> Check {
         const ID: &str = "sharding.coverage";
         let bound = target.lag_bound.as_secs() as i64;
@@ -294,12 +300,12 @@ impl Shards {
                 continue;
             }
             let shard = on(app);
+            let created = app.creation_timestamp.as_ref().map(|t| t.0.as_second());
             let since = match &shard {
                 Some(shard) if self.live.contains(shard) => continue,
-                Some(shard) => self.dead_since.get(shard).copied(),
-                None => None,
+                Some(shard) => self.dead_since.get(shard).copied().or(created),
+                None => created.max(unplaced_since),
             }
-            .or_else(|| app.creation_timestamp.as_ref().map(|t| t.0.as_second()))
             .unwrap_or(now);
             if now - since > bound {
                 orphans.push(format!(
@@ -476,7 +482,7 @@ mod tests {
             app("new", None, NOW - 10),
             app("just-lost", Some("b"), NOW - 10_000),
         ];
-        let check = shards.coverage(&healthy, &target(), NOW, by_label);
+        let check = shards.coverage(&healthy, &target(), NOW, by_label, None);
         assert_eq!(check.status, Status::Ok, "{check:?}");
         let check = shards.coverage(
             &[
@@ -486,6 +492,7 @@ mod tests {
             &target(),
             NOW,
             by_label,
+            None,
         );
         assert_eq!(check.status, Status::Fail);
         for part in [
@@ -503,8 +510,17 @@ mod tests {
             &target(),
             NOW,
             by_label,
+            None,
         );
         assert_eq!(check.status, Status::Fail, "{check:?}");
+        // By namespace, a MyApp on no shard counts from the record's last change: a hand-over
+        // under way (the record just written) is no failure, a stuck one is.
+        let old = [app("old", None, NOW - 10_000)];
+        let handing_over = shards.coverage(&old, &target(), NOW, by_label, Some(NOW - 5));
+        assert_eq!(handing_over.status, Status::Ok, "{handing_over:?}");
+        let stuck = shards.coverage(&old, &target(), NOW, by_label, Some(NOW - 1_000));
+        assert_eq!(stuck.status, Status::Fail, "{stuck:?}");
+        assert!(stuck.message.contains("for 1000 s"), "{}", stuck.message);
     }
 
     #[test]

@@ -107,6 +107,10 @@ pub(super) struct Context {
     pub(super) fights: fight::Fights,
     /// Events being published, waited for (a little) when the controller stops.
     pub(super) publishing: TaskTracker,
+    /// Cancelled when the controller is asked to stop: a reconcile still waiting for the
+    /// children's lists has written nothing and ends, so that a graceful stop waits only for
+    /// reconciles that may be writing.
+    pub(super) stopping: tokio_util::sync::CancellationToken,
 }
 
 /// Child applies by MyApp and child: see [`Context::applied`].
@@ -199,6 +203,11 @@ pub(super) struct Listed(Arc<tokio::sync::watch::Sender<bool>>);
 impl Listed {
     pub(super) fn mark(&self) {
         self.0.send_replace(true);
+    }
+
+    /// Whether the cache is listed.
+    pub(super) fn done(&self) -> bool {
+        *self.0.borrow()
     }
 
     /// Resolves once the cache is listed.

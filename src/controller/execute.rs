@@ -110,8 +110,14 @@ async fn reconcile_once(app: &CachedMyApp, ctx: &Context) -> Result<Outcome, Err
     if app.draining && ctx.config.shard.is_some() {
         return let_go(app, &key, ctx).await;
     }
-    ctx.deployments_listed.wait().await;
-    ctx.services_listed.wait().await;
+    let listed = async {
+        ctx.deployments_listed.wait().await;
+        ctx.services_listed.wait().await;
+    };
+    tokio::select! {
+        () = listed => {}
+        () = ctx.stopping.cancelled() => return Ok(Outcome::default()),
+    }
     let versions = Versions {
         app: app.meta().resource_version.as_deref().map(version_number),
         deployment: ctx.deployments.version(namespace, &key.name),

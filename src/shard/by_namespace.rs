@@ -124,8 +124,10 @@ pub async fn own_term(client: &Client, config: &Config, identity: &str) -> Resul
     }
 }
 
-/// Writes `identity`'s ack of `generation` in `term` into the record, through `gate`, unless
-/// `seen` (the record as last seen) already holds it.
+/// Writes `identity`'s `ack` into the record, through `gate`, unless `seen` (the record as last
+/// seen) already holds it. After a conflict it reads the record again and retries, but only
+/// into the same record: one deleted and written again starts over at generation 0, and the
+/// ack of a generation of the old one would count there for one the shard never saw.
 pub async fn acknowledge(
     client: &Client,
     gate: &Gate,
@@ -138,19 +140,22 @@ pub async fn acknowledge(
     let value = serde_json::to_string(ack).expect("an ack serializes");
     let api = Api::<Lease>::namespaced(client.clone(), &config.namespace);
     let mut record = seen.clone();
-    for _ in 0..CONFLICT_RETRIES {
-        if record.annotations().get(&key) == Some(&value) {
+    let mut tries = 0;
+    loop {
+        if record.annotations().get(&key) == Some(&value)
+            || record.metadata.uid != seen.metadata.uid
+        {
             return Ok(());
         }
         record.annotations_mut().insert(key.clone(), value.clone());
         match replace(client, gate, config, &record).await {
-            Err(kube::Error::Api(status)) if status.code == 409 => {
+            Err(kube::Error::Api(status)) if status.code == 409 && tries < CONFLICT_RETRIES => {
+                tries += 1;
                 record = api.get(&config.record).await?;
             }
             other => return other,
         }
     }
-    Ok(())
 }
 
 /// Replaces the record with `record`, expecting its resourceVersion, once `gate` lets it.

@@ -17,6 +17,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, api::PostParams};
 use kube_sandbox::{RequestRecord, testing::eventually};
 use myapp_operator::crd::MyApp;
@@ -32,6 +33,20 @@ const NAMESPACES: usize = 8;
 const PER_NAMESPACE: usize = 4;
 /// The record of namespace ranges, beside the `myapp-operator` Lease.
 const RECORD: &str = "myapp-operator-ranges";
+
+/// How long after a replica was killed or frozen its writes can no longer be in flight, and
+/// before anyone may take over its namespaces (its lease lasts 2 s).
+const SILENT_AFTER: Duration = Duration::from_millis(1_500);
+
+/// The term of `identity`'s shard Lease (its acquireTime).
+async fn term_of(cluster: &Cluster, identity: &str) -> Option<String> {
+    let leases = Api::<Lease>::namespaced(cluster.client(), "myapp-system");
+    let lease = leases
+        .get_opt(&format!("myapp-operator-shard-{identity}"))
+        .await
+        .ok()??;
+    myapp_operator::shard::by_namespace::term_of(&lease)
+}
 
 fn namespaces() -> Vec<String> {
     (0..NAMESPACES).map(|i| format!("team-{i}")).collect()
@@ -194,8 +209,9 @@ async fn sharded_by_namespace_replicas_joining_crashing_freezing_and_leaving_nev
         tokio::time::sleep(Duration::from_millis(20)).await;
         a.signal("-KILL");
         // Requests it had in flight reach the log a moment later; nobody may take over its
-        // namespaces before its 2 s lease has run out.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // namespaces before its 2 s lease has run out, so a write of them before this point
+        // is an overlap.
+        tokio::time::sleep(SILENT_AFTER).await;
         logged()
     };
     let ((), killed) = futures::join!(burst("ghcr.io/example/web:2.0.0"), kill);
@@ -204,10 +220,11 @@ async fn sharded_by_namespace_replicas_joining_crashing_freezing_and_leaving_nev
 
     // One is frozen past its lease during a burst, and wakes up in a new term to find its
     // namespaces served by the others.
+    let term_before = term_of(&cluster, "pod-b").await;
     let freeze = async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         b.signal("-STOP");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(SILENT_AFTER).await;
         logged()
     };
     let ((), frozen) = futures::join!(burst("ghcr.io/example/web:3.0.0"), freeze);
@@ -217,6 +234,14 @@ async fn sharded_by_namespace_replicas_joining_crashing_freezing_and_leaving_nev
     b.signal("-CONT");
     burst("ghcr.io/example/web:4.0.0").await;
     converged("ghcr.io/example/web:4.0.0".into()).await;
+    eventually(
+        "pod-b holds its shard Lease again, in a new term",
+        || async {
+            let now = term_of(&cluster, "pod-b").await;
+            (now.is_some() && now != term_before).then_some(())
+        },
+    )
+    .await;
 
     // One leaves (SIGTERM: it stops reconciling, then releases its shard Lease) and another
     // joins.
@@ -229,7 +254,19 @@ async fn sharded_by_namespace_replicas_joining_crashing_freezing_and_leaving_nev
         "pod-c did not stop",
     )
     .await;
-    silenced.push(("replica-2", logged()));
+    // It stopped reconciling before its last write, the release of its shard Lease.
+    let released = cluster
+        .sandbox
+        .faults()
+        .requests()
+        .iter()
+        .rposition(|r| {
+            r.token_id.as_deref() == Some("replica-2")
+                && r.name.as_deref() == Some("myapp-operator-shard-pod-c")
+                && r.verb == "update"
+        })
+        .expect("pod-c released its shard Lease");
+    silenced.push(("replica-2", released + 1));
     burst("ghcr.io/example/web:5.0.0").await;
     converged("ghcr.io/example/web:5.0.0".into()).await;
     eventually("b and d hold every MyApp between them", || async {
