@@ -299,7 +299,6 @@ async fn reconcile_whenever_open(
             () = gate.opened() => {}
         }
         let tenure = gate.tenure();
-        let metrics = parts.metrics.clone();
         let graceful = stop.clone().cancelled_owned();
         let controller = controller::run(
             client.clone(),
@@ -307,9 +306,7 @@ async fn reconcile_whenever_open(
             parts.metrics.clone(),
             gate.clone(),
             graceful,
-            move || {
-                metrics.caches_synced.set(1);
-            },
+            mark_synced(parts),
         );
         // In-flight reconciles get their deadline to finish. Reconciles wait for every
         // cache's first list before they read or write, so a controller whose caches never
@@ -557,6 +554,15 @@ async fn reconcile_ranges_whenever_open(
 /// nothing away until it does.
 const ACK_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// What the controller calls once its caches synced. One function for every caller, so that
+/// the controller's code is built once.
+fn mark_synced(parts: &Parts) -> impl FnOnce() + Send + 'static {
+    let metrics = parts.metrics.clone();
+    move || {
+        metrics.caches_synced.set(1);
+    }
+}
+
 /// The controller on `ranges`: every list and watch it makes carries their `shardSelector`.
 fn on_ranges(
     client: &Client,
@@ -566,16 +572,13 @@ fn on_ranges(
     ranges: &[crate::shard::ranges::Range],
 ) -> OnRanges {
     let graceful = stop.child_token();
-    let metrics = parts.metrics.clone();
     let controller = controller::run(
         server_side::selecting(client.clone(), ranges),
         config.clone(),
         parts.metrics.clone(),
         parts.gate.clone(),
         graceful.clone().cancelled_owned(),
-        move || {
-            metrics.caches_synced.set(1);
-        },
+        mark_synced(parts),
     );
     OnRanges {
         controller: Box::pin(controller),

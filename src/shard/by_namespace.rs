@@ -13,15 +13,14 @@ use std::{
     time::Duration,
 };
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::ObjectMeta, jiff::Timestamp,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ListParams, PostParams},
-    core::PartialObjectMeta,
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher,
 };
 use tracing::{debug, info, warn};
 
@@ -97,18 +96,20 @@ pub fn valid_identity(identity: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The record as it changes: a watch of the one Lease, by name.
+/// The record as it changes, from the watch of the Leases the sharder follows too (one watch
+/// of that type in the binary, rather than a second one selecting the record by name).
 pub fn follow_record(
     client: Client,
     config: &Config,
 ) -> impl Stream<Item = Result<Lease, watcher::Error>> + Send + use<> {
-    let selector = format!("metadata.name={}", config.record);
-    watcher(
-        Api::<Lease>::namespaced(client, &config.namespace),
-        watcher::Config::default().fields(&selector),
-    )
-    .default_backoff()
-    .applied_objects()
+    let record = config.record.clone();
+    LiveShards::watch(client, &config.namespace).try_filter_map(move |event| {
+        let lease = match event {
+            watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => Some(lease),
+            _ => None,
+        };
+        std::future::ready(Ok(lease.filter(|lease| lease.name_any() == record)))
+    })
 }
 
 /// The term this replica holds its shard Lease in, read from the API server.
@@ -196,7 +197,7 @@ async fn create(client: &Client, gate: &Gate, config: &Config) -> Result<(), kub
 
 /// MyApps per namespace hash: what the target balances.
 async fn weights(client: &Client) -> Result<BTreeMap<u64, u64>, kube::Error> {
-    let api = Api::<PartialObjectMeta<MyApp>>::all(client.clone());
+    let api = Api::<MyApp>::all(client.clone());
     let mut params = ListParams::default().limit(PAGE);
     let mut weights = BTreeMap::new();
     loop {
