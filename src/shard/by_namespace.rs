@@ -231,13 +231,7 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
     let mut recount = tokio::time::interval(RECOUNT_PERIOD);
     recount.reset();
     loop {
-        let expiry = shards.next_expiry(gate.now());
-        let expired = async {
-            match expiry {
-                Some(left) => tokio::time::sleep(left).await,
-                None => std::future::pending().await,
-            }
-        };
+        let expired = shards.expired(gate.now());
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(event)) => {

@@ -116,6 +116,18 @@ impl LiveShards {
     pub fn next_expiry(&self, now: BootTime) -> Option<Duration> {
         self.members.next_expiry(now)
     }
+
+    /// Resolves when the next live holder expires unless renewed, as seen at `now`; never if
+    /// none is live. What each follower of the Leases waits for besides their watch.
+    pub fn expired(&self, now: BootTime) -> impl std::future::Future<Output = ()> + use<> {
+        let expiry = self.next_expiry(now);
+        async move {
+            match expiry {
+                Some(left) => tokio::time::sleep(left).await,
+                None => std::future::pending().await,
+            }
+        }
+    }
 }
 
 /// Whether `lease` was last renewed (or acquired) [`STALE_AFTER`] or longer before `wall`.

@@ -145,13 +145,7 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
     pass.reset();
     let mut retry = tokio::time::interval(RETRY_PERIOD);
     loop {
-        let expiry = sharder.shards.next_expiry(sharder.gate.now());
-        let expired = async {
-            match expiry {
-                Some(left) => tokio::time::sleep(left).await,
-                None => std::future::pending().await,
-            }
-        };
+        let expired = sharder.shards.expired(sharder.gate.now());
         let next_unplaced = async {
             match &mut unplaced {
                 Some(unplaced) => unplaced.events.try_next().await,

@@ -69,13 +69,7 @@ impl ShardView {
         tokio::pin!(events);
         let mut current: Option<Vec<String>> = None;
         loop {
-            let expiry = shards.next_expiry(clock.now());
-            let expired = async {
-                match expiry {
-                    Some(left) => tokio::time::sleep(left).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let expired = shards.expired(clock.now());
             tokio::select! {
                 event = events.next() => match event {
                     Some(Ok(event)) => {

@@ -179,6 +179,14 @@ pub(crate) async fn differences_in(
     out
 }
 
+/// The token of a replica's request that changed something and succeeded (not a read): what
+/// the request-log oracles of the sharding suites look at.
+pub(crate) fn replica_write(record: &kube_sandbox::RequestRecord) -> Option<&str> {
+    let token = record.token_id.as_deref()?;
+    let read = matches!(record.verb.as_str(), "get" | "list" | "watch");
+    (token.starts_with("replica-") && record.status < 300 && !read).then_some(token)
+}
+
 /// Edits the image of MyApps `app-0` to `app-{count - 1}` at once, eight in flight.
 pub(crate) async fn set_images(apps: &Api<MyApp>, count: usize, image: &str) {
     futures::stream::iter(0..count)

@@ -71,13 +71,7 @@ enum Write {
 }
 
 fn write_of(record: &RequestRecord) -> Option<(&str, Write)> {
-    let token = record.token_id.as_deref()?;
-    if !token.starts_with("replica-")
-        || record.status >= 300
-        || matches!(record.verb.as_str(), "get" | "list" | "watch")
-    {
-        return None;
-    }
+    let token = crate::oracle::replica_write(record)?;
     let name = record.name.clone()?;
     let namespace = record.namespace.clone().unwrap_or_default();
     let write = match (record.resource.as_deref()?, record.subresource.as_deref()) {

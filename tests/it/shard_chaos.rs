@@ -146,13 +146,7 @@ enum Write<'a> {
 }
 
 fn write_of(record: &RequestRecord) -> Option<(String, Write<'_>)> {
-    let token = record.token_id.as_deref()?;
-    if !token.starts_with("replica-")
-        || record.status >= 300
-        || matches!(record.verb.as_str(), "get" | "list" | "watch")
-    {
-        return None;
-    }
+    let token = crate::oracle::replica_write(record)?;
     let name = record.name.clone()?;
     let write = match (record.resource.as_deref()?, record.subresource.as_deref()) {
         ("myapps", None) => Write::Labels,
