@@ -336,6 +336,7 @@ impl LeaderArgs {
             lease_prefix: format!("{}-shard-", self.lease_name),
             by: self.shard_by,
             record: format!("{}-ranges", self.lease_name),
+            settle: self.lease_duration,
         }))
     }
 }

@@ -230,6 +230,9 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
     let mut forget = tokio::time::interval(FORGET_PERIOD);
     let mut recount = tokio::time::interval(RECOUNT_PERIOD);
     recount.reset();
+    let settling = tokio::time::sleep(config.settle);
+    tokio::pin!(settling);
+    let mut settled = config.settle.is_zero();
     loop {
         let expired = shards.expired(gate.now());
         tokio::select! {
@@ -252,8 +255,10 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
                     target.recount(&client).await;
                 }
             }
+            () = &mut settling, if !settled => settled = true,
         }
-        if !shards.listed() {
+        // See `Config::settle`: no step before the replicas starting beside it are live.
+        if !shards.listed() || !settled {
             continue;
         }
         let live: BTreeMap<String, String> = shards

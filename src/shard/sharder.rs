@@ -64,6 +64,13 @@ pub struct Config {
     pub by: By,
     /// Sharding by namespace: the Lease whose annotations record who serves which ranges.
     pub record: String,
+    /// How long a sharder that has just started waits before it gives MyApps (or namespace
+    /// ranges) to shards: the lease duration, in which replicas starting beside it take their
+    /// shard Leases. Without it, when every replica starts at once the first sharder gives
+    /// everything to the one shard it sees and then moves most of it back. A shard that dies
+    /// meanwhile loses nothing sooner for it: its Lease counts as live for a lease duration
+    /// after the sharder first sees it anyway.
+    pub settle: Duration,
 }
 
 /// How a shard's MyApps are told from the others'.
@@ -131,12 +138,15 @@ impl Unplaced {
 /// every MyApp's metadata a page at a time to drain those whose shard the ring changed.
 pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<Metrics>) {
     let lease_events = LiveShards::watch(client.clone(), &config.namespace);
+    let settling = tokio::time::sleep(config.settle);
+    tokio::pin!(settling);
     let mut sharder = Sharder {
         client,
         gate,
         metrics,
         shards: LiveShards::new(&config.lease_prefix),
         ring: Ring::default(),
+        assigning: config.settle.is_zero(),
         config,
     };
     let mut unplaced: Option<Unplaced> = None;
@@ -172,6 +182,10 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
             },
             _ = pass.tick() => Step::Pass,
             _ = retry.tick() => Step::Retry,
+            () = &mut settling, if !sharder.assigning => {
+                sharder.assigning = true;
+                Step::Pass
+            }
         };
         match step {
             Step::Leases(event) => {
@@ -223,6 +237,8 @@ struct Sharder {
     /// of membership: a shard that expired a moment ago still counts until then, which only
     /// holds its MyApps back for that moment (a live holder is drained, never overruled).
     ring: Ring,
+    /// Whether it gives MyApps to shards yet ([`Config::settle`]); drains go on meanwhile.
+    assigning: bool,
 }
 
 impl Sharder {
@@ -273,6 +289,9 @@ impl Sharder {
         let Some(step) = next_move(&self.ring, &namespace, &name, app.labels()) else {
             return;
         };
+        if matches!(step, Move::Assign(_)) && !self.assigning {
+            return;
+        }
         let labels = match &step {
             Move::Assign(shard) => json!({ SHARD_LABEL: shard, DRAIN_LABEL: null }),
             Move::Drain => json!({ DRAIN_LABEL: "true" }),

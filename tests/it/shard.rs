@@ -223,6 +223,55 @@ async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_o
     a.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_over_myapps_labelled_for_them_move_none() {
+    let (env, _dir) = dev_environment().await;
+    let client = env.client().await.unwrap();
+    let apps = Api::<MyApp>::namespaced(client.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    let ring = myapp_operator::shard::Ring::new(["pod-a", "pod-b", "pod-c"]);
+    let names: Vec<String> = (0..24).map(|i| format!("app-{i}")).collect();
+    for name in &names {
+        let mut app = MyApp::test(name);
+        let shard = ring.shard_for(NS, name).unwrap().to_owned();
+        app.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(SHARD_LABEL.to_owned(), shard);
+        apps.create(&PostParams::default(), &app).await.unwrap();
+    }
+    // As pods of one Deployment start: a little apart, the first one taking the sharder's Lease.
+    let mut replicas = Vec::new();
+    for identity in ["pod-a", "pod-b", "pod-c"] {
+        replicas.push(Operator::start_sharded(client.clone(), identity));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    placed(&apps, &deployments, &names).await;
+    eventually("each replica holds its own MyApps", || async {
+        let held: Vec<usize> = replicas
+            .iter()
+            .map(|r| r.parts.metrics.shards.held())
+            .collect();
+        (held.iter().sum::<usize>() == 24 && held.iter().all(|&n| n > 0)).then_some(())
+    })
+    .await;
+    // The sharder waited for the replicas starting beside it instead of taking their MyApps for
+    // the one shard it saw first and moving them back.
+    let moves: u64 = replicas
+        .iter()
+        .map(|replica| {
+            let target = WriteLabels {
+                target: "shard_move",
+            };
+            replica.parts.metrics.writes.get_or_create(&target).get()
+        })
+        .sum();
+    assert_eq!(moves, 0, "label writes by the sharder");
+    for replica in replicas {
+        replica.stop().await;
+    }
+}
+
 /// An unlabelled series of `replica`'s metrics.
 fn scraped(replica: &Operator, series: &str) -> Option<i64> {
     let mut text = String::new();

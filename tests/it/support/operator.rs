@@ -54,6 +54,7 @@ impl Operator {
             lease_prefix: "myapp-operator-shard-".into(),
             by: myapp_operator::shard::sharder::By::Label,
             record: "myapp-operator-ranges".into(),
+            settle: Duration::from_secs(2),
         };
         let task = tokio::spawn(run::shard_while_leading(
             client,
