@@ -230,9 +230,6 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
     let mut forget = tokio::time::interval(FORGET_PERIOD);
     let mut recount = tokio::time::interval(RECOUNT_PERIOD);
     recount.reset();
-    let settling = tokio::time::sleep(config.settle);
-    tokio::pin!(settling);
-    let mut settled = config.settle.is_zero();
     loop {
         let expired = shards.expired(gate.now());
         tokio::select! {
@@ -255,10 +252,10 @@ pub async fn assign(client: Client, config: Config, gate: Arc<Gate>, metrics: Ar
                     target.recount(&client).await;
                 }
             }
-            () = &mut settling, if !settled => settled = true,
         }
-        // See `Config::settle`: no step before the replicas starting beside it are live.
-        if !shards.listed() || !settled {
+        // No settling (`Config::settle`) here: a move of ranges writes nothing per MyApp, and
+        // until the first growth nobody serves anything.
+        if !shards.listed() {
             continue;
         }
         let live: BTreeMap<String, String> = shards

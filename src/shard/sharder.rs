@@ -64,9 +64,9 @@ pub struct Config {
     pub by: By,
     /// Sharding by namespace: the Lease whose annotations record who serves which ranges.
     pub record: String,
-    /// How long a sharder that has just started waits before it gives MyApps (or namespace
-    /// ranges) to shards: the lease duration, in which replicas starting beside it take their
-    /// shard Leases. Without it, when every replica starts at once the first sharder gives
+    /// How long a sharder by label that has just started waits before it gives MyApps to
+    /// shards: the lease duration, in which replicas starting beside it take their shard
+    /// Leases. Without it, when every replica starts at once the first sharder gives
     /// everything to the one shard it sees and then moves most of it back. A shard that dies
     /// meanwhile loses nothing sooner for it: its Lease counts as live for a lease duration
     /// after the sharder first sees it anyway.
