@@ -166,15 +166,7 @@ async fn the_sharder_spreads_myapps_over_the_live_replicas_and_moves_a_stopped_o
         );
     }
     // Every assignment is a label write the sharder counts apart from the controllers' writes.
-    let moves: u64 = [&a, &b, &c]
-        .iter()
-        .map(|replica| {
-            let target = WriteLabels {
-                target: "shard_move",
-            };
-            replica.parts.metrics.writes.get_or_create(&target).get()
-        })
-        .sum();
+    let moves = shard_moves([&a, &b, &c]);
     assert!(moves >= 24, "{moves} moves counted for 24 assignments");
     // One replica runs the sharder and sees no MyApp on no live shard; each replica counts
     // the MyApps its shard holds.
@@ -257,19 +249,22 @@ async fn replicas_starting_together_over_myapps_labelled_for_them_move_none() {
     .await;
     // The sharder waited for the replicas starting beside it instead of taking their MyApps for
     // the one shard it saw first and moving them back.
-    let moves: u64 = replicas
-        .iter()
-        .map(|replica| {
-            let target = WriteLabels {
-                target: "shard_move",
-            };
-            replica.parts.metrics.writes.get_or_create(&target).get()
-        })
-        .sum();
+    let moves = shard_moves(&replicas);
     assert_eq!(moves, 0, "label writes by the sharder");
     for replica in replicas {
         replica.stop().await;
     }
+}
+
+/// The label writes the sharder counted (`shard_move`), over every replica (whichever ran it).
+fn shard_moves<'a>(replicas: impl IntoIterator<Item = &'a Operator>) -> u64 {
+    let target = WriteLabels {
+        target: "shard_move",
+    };
+    replicas
+        .into_iter()
+        .map(|replica| replica.parts.metrics.writes.get_or_create(&target).get())
+        .sum()
 }
 
 /// An unlabelled series of `replica`'s metrics.
