@@ -17,17 +17,14 @@ mod webhook;
 
 use std::path::Path;
 
-use kube::{
-    Client,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Client, config::KubeConfigOptions};
 
 pub use rbac::operator_permissions;
 pub use report::{Check, Group, Report, Status};
 pub use target::Target;
 pub use webhook::verifies;
 
-use crate::{Error, cli::CheckArgs};
+use crate::{Error, cli::CheckArgs, kubeconfig};
 
 /// Runs every check against the cluster `args` name.
 pub async fn run(args: &CheckArgs) -> Result<Report, Error> {
@@ -89,33 +86,26 @@ async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Clie
         ..KubeConfigOptions::default()
     };
     let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| Error::LoadKubeconfig {
-                    path: path.to_owned(),
-                    source,
-                })?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .map_err(|source| Error::LoadKubeconfig {
-                    path: path.to_owned(),
-                    source,
-                })?
-        }
+        Some(path) => kubeconfig::from_file(path, &options)
+            .await
+            .map_err(|source| Error::LoadKubeconfig {
+                path: path.to_owned(),
+                source: Box::new(source),
+            })?,
         None if context.is_some() => {
-            kube::Config::from_kubeconfig(&options)
+            kubeconfig::from_found(&options)
                 .await
                 .map_err(|source| Error::LoadKubeconfig {
                     path: std::env::var_os("KUBECONFIG")
                         .map_or_else(|| "~/.kube/config".into(), Into::into),
-                    source,
+                    source: Box::new(source),
                 })?
         }
-        None => kube::Config::infer()
+        None => kubeconfig::infer()
             .await
             .map_err(|source| Error::InferConfig {
                 kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".into()),
-                source,
+                source: Box::new(source),
             })?,
     };
     crate::telemetry::set_api_server(&config.cluster_url.to_string());

@@ -123,7 +123,7 @@ pub enum Error {
         /// `KUBECONFIG` as set, or `unset`.
         kubeconfig: String,
         #[source]
-        source: kube::config::InferConfigError,
+        source: Box<crate::kubeconfig::InferError>,
     },
     /// The kubeconfig `check` was pointed at could not be read or used.
     #[error("failed to load the kubeconfig {path}: {source}")]
@@ -131,7 +131,7 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         #[source]
-        source: kube::config::KubeconfigError,
+        source: Box<crate::kubeconfig::LoadError>,
     },
     /// A second signal ended the graceful shutdown early.
     #[error(

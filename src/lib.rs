@@ -32,6 +32,8 @@ mod fight;
 mod fixtures;
 /// OCI image references: the distribution grammar the admission rules check `spec.image` against.
 mod image;
+/// The cluster's configuration from kubeconfig files or the pod's service account.
+pub mod kubeconfig;
 /// Leader election on a Lease.
 pub mod leader;
 /// Prometheus metrics.

@@ -28,11 +28,11 @@ pub const USER_AGENT: &str = concat!("myapp-operator/", env!("CARGO_PKG_VERSION"
 
 /// A client for the cluster found the usual way (in-cluster config, then `KUBECONFIG`).
 async fn client() -> Result<Client, Error> {
-    let mut config = kube::Config::infer()
+    let mut config = crate::kubeconfig::infer()
         .await
         .map_err(|source| Error::InferConfig {
             kubeconfig: std::env::var("KUBECONFIG").unwrap_or_else(|_| "unset".into()),
-            source,
+            source: Box::new(source),
         })?;
     crate::telemetry::set_api_server(&config.cluster_url.to_string());
     config.headers.push((

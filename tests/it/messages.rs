@@ -106,6 +106,29 @@ fn run_with_sharding_but_no_election_names_both_flags_before_anything_else() {
 }
 
 #[test]
+fn run_with_a_kubeconfig_that_is_not_one_names_the_file_the_field_and_the_other_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "clusters:\n- name: 2024\n  cluster: {server: https://127.0.0.1:1}\n",
+    )
+    .unwrap();
+    let cert_dir = certs(dir.path());
+    let args = ["--cert-dir", cert_dir.to_str().unwrap()];
+    let (code, said) = run_for(&kubeconfig, &args, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{said}");
+    for part in [
+        &format!("KUBECONFIG={}", kubeconfig.display()),
+        &format!("{} is not a kubeconfig", kubeconfig.display()),
+        "clusters[0].name: invalid type: integer `2024`, expected a string",
+        "in-cluster: ",
+    ] {
+        assert!(said.contains(part), "{part:?} missing from: {said}");
+    }
+}
+
+#[test]
 fn run_on_a_webhook_port_in_use_names_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let (kubeconfig, _) = unreachable_kubeconfig(dir.path());
