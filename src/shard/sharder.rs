@@ -182,9 +182,11 @@ pub async fn run(client: Client, config: Config, gate: Arc<Gate>, metrics: Arc<M
             },
             _ = pass.tick() => Step::Pass,
             _ = retry.tick() => Step::Retry,
+            // What settling held back is what the watch of the MyApps on no live shard holds:
+            // no pass over every MyApp for it.
             () = &mut settling, if !sharder.assigning => {
                 sharder.assigning = true;
-                Step::Pass
+                Step::Retry
             }
         };
         match step {
@@ -223,7 +225,8 @@ enum Step {
     Unplaced(AppMeta),
     /// Time for a pass over every MyApp.
     Pass,
-    /// Time to look at the MyApps on no live shard again.
+    /// Time to look at the MyApps on no live shard again (after a failed write, or once
+    /// settling ends).
     Retry,
 }
 
