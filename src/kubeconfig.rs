@@ -24,7 +24,7 @@ use kube::config::{Config, InClusterError, KubeConfigOptions, Kubeconfig, Kubeco
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// `KUBECONFIG` names no file and there is no home directory for `~/.kube/config`.
-    #[error("KUBECONFIG is unset and there is no home directory to find ~/.kube/config in")]
+    #[error("KUBECONFIG names no file and there is no home directory to find ~/.kube/config in")]
     NoHome,
     /// The file could not be read, or its bytes are not text.
     #[error("cannot read {}: {source}", path.display())]
@@ -108,9 +108,11 @@ pub async fn from_file(path: &Path, options: &KubeConfigOptions) -> Result<Confi
 /// order; without any, `home`'s `.kube/config`.
 fn found(listed: Option<OsString>, home: Option<PathBuf>) -> Result<Kubeconfig, ReadError> {
     let files: Vec<PathBuf> = listed
-        .map(|value| std::env::split_paths(&value).collect())
+        .map(|value| {
+            let files = std::env::split_paths(&value);
+            files.filter(|p| !p.as_os_str().is_empty()).collect()
+        })
         .unwrap_or_default();
-    let files: Vec<&PathBuf> = files.iter().filter(|p| !p.as_os_str().is_empty()).collect();
     if files.is_empty() {
         let home = home.ok_or(ReadError::NoHome)?;
         return read(&home.join(".kube").join("config"));
@@ -118,7 +120,7 @@ fn found(listed: Option<OsString>, home: Option<PathBuf>) -> Result<Kubeconfig, 
     files
         .into_iter()
         .try_fold(Kubeconfig::default(), |merged, path| {
-            merge(merged, read(path)?, path)
+            merge(merged, read(&path)?, &path)
         })
 }
 
@@ -393,6 +395,9 @@ current-context: prod
                 "{name}: {said:?} missing from: {error}"
             );
         }
+        // kube's own reader takes that number as the name: the one difference (module docs).
+        let number = Kubeconfig::read_from(dir.path().join("number")).unwrap();
+        assert_eq!(number.clusters[0].name, "2024");
         let missing = dir.path().join("missing");
         let error = read(&missing).unwrap_err().to_string();
         assert!(
