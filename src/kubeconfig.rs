@@ -125,7 +125,7 @@ fn found(listed: Option<OsString>, home: Option<PathBuf>) -> Result<Kubeconfig, 
 }
 
 /// The kubeconfig file `path`: its documents merged, its relative file paths made absolute.
-pub fn read(path: &Path) -> Result<Kubeconfig, ReadError> {
+fn read(path: &Path) -> Result<Kubeconfig, ReadError> {
     let text = std::fs::read(path)
         .and_then(decode)
         .map_err(|source| ReadError::Read {
@@ -162,13 +162,13 @@ fn merge(merged: Kubeconfig, next: Kubeconfig, path: &Path) -> Result<Kubeconfig
 /// The file's text: UTF-8, or UTF-16 when a byte-order mark says so (Windows tools write it).
 fn decode(bytes: Vec<u8>) -> std::io::Result<String> {
     let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    // An odd length is not UTF-16: `chunks_exact` would drop the last byte.
     let utf16 = |body: &[u8], unit: fn([u8; 2]) -> u16| {
-        let units = body.chunks_exact(2).map(|pair| unit([pair[0], pair[1]]));
-        let units: Vec<u16> = units.collect();
-        body.len()
-            .is_multiple_of(2)
-            .then(|| String::from_utf16(&units).ok())
-            .flatten()
+        if !body.len().is_multiple_of(2) {
+            return None;
+        }
+        let units: Vec<u16> = body.chunks_exact(2).map(|p| unit([p[0], p[1]])).collect();
+        String::from_utf16(&units).ok()
     };
     match bytes.as_slice() {
         [0xFF, 0xFE, body @ ..] => {
