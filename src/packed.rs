@@ -32,7 +32,7 @@ use kube::{Resource, runtime::watcher};
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::warn;
 
-use crate::resources;
+use crate::{resources, shard::SHARD_LABEL};
 
 /// Encoded JSON and its version by `namespace/name`.
 type Objects = HashMap<Box<str>, Stored>;
@@ -47,11 +47,10 @@ struct Stored {
     json: Box<[u8]>,
 }
 
-/// The strings whose quoted JSON form is stored as one byte, the n-th as byte n. Compact JSON,
-/// as `serde_json::to_vec` writes it, never holds a byte below 0x20 (whitespace is not written
-/// and control characters in strings are escaped), so replacing each token by its byte and each
-/// such byte by its token gives back every byte as it was, wherever a token is found. Longest
-/// and most repeated first; at most 32.
+/// The strings whose quoted JSON form is stored as one byte, [`code`]'s. Compact JSON, as
+/// `serde_json::to_vec` writes it, holds none of those bytes, so replacing each token by its
+/// byte and each such byte by its token gives back every byte as it was, wherever a token is
+/// found. Longest and most repeated first; at most 43.
 const TOKENS: &[&str] = &[
     "app.kubernetes.io/instance",
     "app.kubernetes.io/managed-by",
@@ -85,7 +84,31 @@ const TOKENS: &[&str] = &[
     "MinimumReplicasAvailable",
     "NewReplicaSetAvailable",
     "targetPort",
+    // Past the first 32, in the second range of bytes.
+    SHARD_LABEL,
 ];
+
+/// The first byte of the second range of [`code`]s.
+const SECOND_RANGE: u8 = 0xF5;
+
+/// The byte the `index`-th token is stored as: 0x00 to 0x1F, which compact JSON never holds
+/// (whitespace is not written and control characters in strings are escaped), then 0xF5 to
+/// 0xFF, which UTF-8 never holds (and `serde_json` writes UTF-8).
+fn code(index: usize) -> u8 {
+    match u8::try_from(index) {
+        Ok(low @ 0..0x20) => low,
+        _ => SECOND_RANGE + (index - 0x20) as u8,
+    }
+}
+
+/// The index of the token that `byte` stands for, if it stands for one.
+fn token_of(byte: u8) -> Option<usize> {
+    match byte {
+        0..0x20 => Some(usize::from(byte)),
+        SECOND_RANGE.. => Some(usize::from(byte - SECOND_RANGE) + 0x20),
+        _ => None,
+    }
+}
 
 /// [`TOKENS`] as they appear in JSON, quotes included.
 static QUOTED: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
@@ -95,12 +118,12 @@ static QUOTED: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The bytes of [`QUOTED`] by their length: `BY_LENGTH[n]` holds the tokens `n` bytes long.
-static BY_LENGTH: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+/// The indices in [`QUOTED`] by length: `BY_LENGTH[n]` holds the tokens `n` bytes long.
+static BY_LENGTH: LazyLock<Vec<Vec<usize>>> = LazyLock::new(|| {
     let longest = QUOTED.iter().map(Vec::len).max().unwrap_or_default();
     let mut by_length = vec![Vec::new(); longest + 1];
-    for (code, quoted) in QUOTED.iter().enumerate() {
-        by_length[quoted.len()].push(code as u8);
+    for (index, quoted) in QUOTED.iter().enumerate() {
+        by_length[quoted.len()].push(index);
     }
     by_length
 });
@@ -125,12 +148,12 @@ fn encode(json: &[u8]) -> Vec<u8> {
                     .get(string.len())?
                     .iter()
                     .copied()
-                    .find(|&code| quoted[usize::from(code)] == string)
+                    .find(|&index| quoted[index] == string)
             });
         match token {
-            Some(code) => {
-                out.push(code);
-                rest = &rest[quoted[usize::from(code)].len()..];
+            Some(index) => {
+                out.push(code(index));
+                rest = &rest[quoted[index].len()..];
             }
             None => {
                 out.push(first);
@@ -146,7 +169,7 @@ fn decode(encoded: &[u8]) -> Vec<u8> {
     let quoted = &*QUOTED;
     let mut out = Vec::with_capacity(encoded.len() * 2);
     for &byte in encoded {
-        match quoted.get(usize::from(byte)).filter(|_| byte < 0x20) {
+        match token_of(byte).and_then(|index| quoted.get(index)) {
             Some(token) => out.extend_from_slice(token),
             None => out.push(byte),
         }
@@ -365,8 +388,21 @@ mod tests {
     }
 
     #[test]
-    fn every_token_has_a_byte_below_0x20() {
-        assert!(TOKENS.len() <= 0x20, "{} tokens", TOKENS.len());
+    fn every_token_has_a_byte_of_its_own_that_compact_json_never_holds() {
+        let codes: Vec<u8> = (0..TOKENS.len()).map(code).collect();
+        assert!(
+            codes.iter().all(|c| !(0x20..SECOND_RANGE).contains(c)),
+            "{} tokens: more than the two ranges hold",
+            TOKENS.len()
+        );
+        assert!(
+            codes
+                .iter()
+                .enumerate()
+                .all(|(i, &c)| token_of(c) == Some(i)),
+            "a byte reads back as another token"
+        );
+        assert!((0x20..SECOND_RANGE).all(|byte| token_of(byte).is_none()));
         let mut seen = std::collections::HashSet::new();
         assert!(
             TOKENS.iter().all(|t| seen.insert(t)),
@@ -389,7 +425,7 @@ mod tests {
         ) {
             let text = parts.concat();
             let json = serde_json::to_vec(&serde_json::json!({ &text: [&text, {"k": &text}] })).unwrap();
-            prop_assert!(json.iter().all(|&b| b >= 0x20));
+            prop_assert!(json.iter().all(|&b| token_of(b).is_none()));
             prop_assert_eq!(encode(&json), encode_at_every_quote(&json));
             prop_assert_eq!(decode(&encode(&json)), json);
         }
@@ -404,9 +440,9 @@ mod tests {
                 .then(|| QUOTED.iter().position(|q| rest.starts_with(q)))
                 .flatten();
             match token {
-                Some(code) => {
-                    out.push(code as u8);
-                    rest = &rest[QUOTED[code].len()..];
+                Some(index) => {
+                    out.push(code(index));
+                    rest = &rest[QUOTED[index].len()..];
                 }
                 None => {
                     out.push(first);
@@ -424,7 +460,7 @@ mod tests {
                 "name": name, "namespace": "shop", "resourceVersion": version, "generation": 2,
                 "uid": "5d7e8f2a-0000-4000-8000-000000000001",
                 "creationTimestamp": "2026-12-01T10:00:00Z",
-                "labels": {"app.kubernetes.io/instance": name, "team": "a"},
+                "labels": {"app.kubernetes.io/instance": name, "team": "a", SHARD_LABEL: "pod-1"},
                 "annotations": {crate::resources::APPLIED_DIGEST_ANNOTATION: "abc"},
                 "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "MyApp", "name": name,
                                      "uid": "u1", "controller": true, "blockOwnerDeletion": true}],
@@ -561,6 +597,11 @@ mod tests {
             json.len()
         );
         assert_eq!(parsed, serde_json::to_value(&web).unwrap());
+        let shard_label = TOKENS.iter().position(|&t| t == SHARD_LABEL).unwrap();
+        assert!(
+            encoded.contains(&code(shard_label)),
+            "the shard label's key is stored as one byte of the second range"
+        );
         // Only what the cached type keeps: no uid.
         assert_eq!(parsed["metadata"].get("uid"), None);
     }
