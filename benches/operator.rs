@@ -596,11 +596,11 @@ async fn bench(apps: usize, concurrency: usize) -> Outcome<()> {
         let write = tokio::spawn(async move {
             let name = a.metadata.name.clone().unwrap();
             Api::<Deployment>::namespaced(client.clone(), "baseline")
-                .patch(&name, &apply, &Patch::Apply(resources::deployment(&a)))
+                .patch(&name, &apply, &Patch::Apply(resources::deployment(&a, None)))
                 .await
                 .unwrap_or_else(|e| panic!("loader: applying Deployment {name}: {e}"));
             Api::<Service>::namespaced(client.clone(), "baseline")
-                .patch(&name, &apply, &Patch::Apply(resources::service(&a)))
+                .patch(&name, &apply, &Patch::Apply(resources::service(&a, None)))
                 .await
                 .unwrap_or_else(|e| panic!("loader: applying Service {name}: {e}"));
             let status = json!({"apiVersion": "example.com/v1", "kind": "MyApp",

@@ -389,8 +389,10 @@ impl Serialize for CachedService {
 
 /// A MyApp as its watch cache keeps it: without what nothing reads (`managedFields`, labels
 /// and annotations, which `kubectl apply` fills with a whole copy of the object; all skipped
-/// while parsing, not built and then dropped) but its sharding labels, and with its status
-/// reduced to what the controller reads of it ([`ReportedStatus`]).
+/// while parsing, not built and then dropped) but whether it is draining, and with its status
+/// reduced to what the controller reads of it ([`ReportedStatus`]). Its [`SHARD_LABEL`] is
+/// not kept: a shard's watch selects only the MyApps that name it, so every one it caches
+/// names the same shard, which the controller knows (`controller::Config::shard`).
 #[derive(Resource, Clone, Debug, PartialEq)]
 #[resource(inherit = MyApp)]
 pub struct CachedMyApp {
@@ -398,17 +400,11 @@ pub struct CachedMyApp {
     pub metadata: ObjectMeta,
     pub spec: MyAppSpec,
     pub status: Option<ReportedStatus>,
-    /// Its [`SHARD_LABEL`]: the shard that reconciles it, when sharding is on.
-    pub shard: Option<Box<str>>,
     /// Whether it carries [`DRAIN_LABEL`]: its shard is asked to let it go.
     pub draining: bool,
 }
 
-impl MyAppLike for CachedMyApp {
-    fn shard(&self) -> Option<&str> {
-        self.shard.as_deref()
-    }
-}
+impl MyAppLike for CachedMyApp {}
 
 impl HasSpec for CachedMyApp {
     type Spec = MyAppSpec;
@@ -436,14 +432,14 @@ impl<'de> Deserialize<'de> for CachedMyApp {
             metadata,
             spec: wire.spec,
             status: wire.status.as_ref().map(ReportedStatus::of),
-            shard: labels.shard.filter(|shard| !shard.is_empty()),
             draining: labels.draining,
         })
     }
 }
 
-/// What a MyApp's cache keeps of its labels: those that say which shard reconciles it. The
-/// others are skipped as they are read, their keys compared without being copied.
+/// What the MyApp cache and the mutating route read of a MyApp's labels: those that say which
+/// shard reconciles it. The others are skipped as they are read, their keys compared without
+/// being copied.
 #[derive(Default)]
 pub(crate) struct ShardLabels {
     /// The shard label's value.
@@ -794,33 +790,25 @@ mod tests {
     }
 
     #[test]
-    fn a_myapp_cache_keeps_its_sharding_labels_and_no_other_label() {
+    fn a_myapp_cache_keeps_whether_it_drains_and_no_label() {
         let labelled = MyApp::test("web")
             .label(SHARD_LABEL, "pod-a")
             .label(DRAIN_LABEL, "true")
             .label("team", "shop");
         let app = CachedMyApp::from(labelled);
-        assert_eq!(app.shard(), Some("pod-a"));
         assert!(app.draining);
-        assert_eq!(
-            app.metadata.labels, None,
-            "every label but the two is skipped"
-        );
+        assert_eq!(app.metadata.labels, None, "every label is skipped");
 
-        let app = CachedMyApp::from(MyApp::test("web").label(SHARD_LABEL, ""));
-        assert_eq!(
-            (app.shard(), app.draining),
-            (None, false),
-            "an empty shard is none"
-        );
+        let app = CachedMyApp::from(MyApp::test("web").label(SHARD_LABEL, "pod-a"));
+        assert!(!app.draining);
     }
 
     #[test]
     fn every_string_the_builders_emit_for_every_myapp_alike_is_shared() {
         let children = |app: &MyApp| -> (CachedDeployment, CachedService) {
             (
-                cached(&crate::resources::deployment(app)),
-                cached(&crate::resources::service(app)),
+                cached(&crate::resources::deployment(app, None)),
+                cached(&crate::resources::service(app, None)),
             )
         };
         let (d1, s1) = children(&MyApp::test("web").env("A", "1").stored());

@@ -13,8 +13,6 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema, Resource, core::object
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::shard::SHARD_LABEL;
-
 /// The API group of every kind this operator serves.
 pub const GROUP: &str = "example.com";
 /// The only served (and stored) version.
@@ -172,17 +170,9 @@ pub const CONDITION_TYPES: [&str; 3] = ["Ready", "Progressing", "Degraded"];
 
 /// What the pure builders (`resources`, `status`) read of a MyApp: its metadata and spec. The
 /// API type has them, and so has the MyApp cache's, which keeps only a digest of the status.
-pub trait MyAppLike: Resource<DynamicType = ()> + HasSpec<Spec = MyAppSpec> {
-    /// The shard that reconciles it ([`SHARD_LABEL`]), which its children carry too.
-    fn shard(&self) -> Option<&str>;
-}
+pub trait MyAppLike: Resource<DynamicType = ()> + HasSpec<Spec = MyAppSpec> {}
 
-impl MyAppLike for MyApp {
-    fn shard(&self) -> Option<&str> {
-        let shard = self.metadata.labels.as_ref()?.get(SHARD_LABEL)?;
-        Some(shard.as_str()).filter(|shard| !shard.is_empty())
-    }
-}
+impl MyAppLike for MyApp {}
 
 /// A summary of the app's state, for people and `kubectl get`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]

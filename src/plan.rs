@@ -39,6 +39,9 @@ pub const RECREATE_HOLD: Duration = Duration::from_secs(1);
 /// What a reconcile knows besides the MyApp itself.
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
+    /// The shard this replica reconciles, when sharding is on: every MyApp it caches is
+    /// labelled for it (its watch selects them so), and so are the children it applies.
+    pub shard: Option<&'a str>,
     /// The child Deployment as the watch cache holds it.
     pub deployment: Option<&'a CachedDeployment>,
     /// The child Service as the watch cache holds it.
@@ -201,7 +204,7 @@ fn decide(app: &CachedMyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     let deployment = if observed.deployment_holds {
         ChildState::Current
     } else {
-        let desired = resources::desired_deployment(app);
+        let desired = resources::desired_deployment(app, observed.shard);
         let state = child_state(
             &desired,
             observed.deployment,
@@ -223,7 +226,7 @@ fn decide(app: &CachedMyApp, observed: &Observed<'_>, now: Timestamp) -> Plan {
     };
     let mut service = ChildState::Current;
     if !observed.service_holds {
-        let desired = resources::desired_service(app);
+        let desired = resources::desired_service(app, observed.shard);
         let state = child_state(
             &desired,
             observed.service,
@@ -416,7 +419,7 @@ mod tests {
     /// The Deployment we apply for `app`, as the cache holds it once its controller has rolled
     /// it out completely.
     fn rolled_out(app: &MyApp) -> CachedDeployment {
-        let mut deployment: CachedDeployment = cache::cached(&resources::deployment(app));
+        let mut deployment: CachedDeployment = cache::cached(&resources::deployment(app, None));
         let replicas = app.spec.replicas.unwrap_or(1);
         deployment.metadata.generation = Some(1);
         deployment.metadata.resource_version = Some("10".into());
@@ -438,7 +441,7 @@ mod tests {
     }
 
     fn service(app: &MyApp) -> CachedService {
-        cache::cached(&resources::service(app))
+        cache::cached(&resources::service(app, None))
     }
 
     /// The same after an edit to generation 2, which its controller has not picked up yet.
@@ -521,7 +524,7 @@ mod tests {
         let steady = app.clone().status(running(&app));
         let stopped_setting = steady.clone().replicas(None).generation(2);
         let observed_replicas = rolled_out(&steady);
-        let just_applied = resources::desired_deployment(&app);
+        let just_applied = resources::desired_deployment(&app, None);
         let deleted = app.clone().deleted();
         let reported_pending = app.clone().status(pending_status(&app));
         let starting = starting(&app);
@@ -560,7 +563,9 @@ mod tests {
                 &app,
                 Observed {
                     unseen_deployment: Some(just_applied.digest().to_owned()),
-                    unseen_service: Some(resources::desired_service(&app).digest().to_owned()),
+                    unseen_service: Some(
+                        resources::desired_service(&app, None).digest().to_owned(),
+                    ),
                     ..Observed::default()
                 },
                 "recheck 500ms",
@@ -856,7 +861,7 @@ mod tests {
     #[test]
     fn replicas_are_handed_over_only_when_the_spec_stops_setting_them() {
         let app = MyApp::test("web").stored().replicas(Some(5));
-        let applied: CachedDeployment = cache::cached(&resources::deployment(&app));
+        let applied: CachedDeployment = cache::cached(&resources::deployment(&app, None));
         assert_eq!(
             replicas_to_hand_over(&app.clone().into(), Some(&applied)),
             None,
@@ -867,7 +872,7 @@ mod tests {
             replicas_to_hand_over(&app.clone().into(), Some(&applied)),
             Some(5)
         );
-        let unmanaged: CachedDeployment = cache::cached(&resources::deployment(&app));
+        let unmanaged: CachedDeployment = cache::cached(&resources::deployment(&app, None));
         assert_eq!(
             replicas_to_hand_over(&app.clone().into(), Some(&unmanaged)),
             None,

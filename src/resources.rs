@@ -68,12 +68,13 @@ pub fn selector_string(app: &impl MyAppLike) -> String {
         .join(",")
 }
 
-/// A child's metadata. Beside the labels every child carries, it carries its MyApp's shard,
-/// so that the shard's label-selected watches see it; its pods do not (their template's labels
-/// are [`labels`]), so moving a MyApp between shards restarts nothing.
-fn child_meta(app: &impl MyAppLike) -> ObjectMeta {
+/// A child's metadata. Beside the labels every child carries, it carries the shard that
+/// reconciles its MyApp, if sharding is on, so that the shard's label-selected watches see it;
+/// its pods do not (their template's labels are [`labels`]), so moving a MyApp between shards
+/// restarts nothing.
+fn child_meta(app: &impl MyAppLike, shard: Option<&str>) -> ObjectMeta {
     let mut labels = labels(app);
-    if let Some(shard) = app.shard() {
+    if let Some(shard) = shard {
         labels.insert(SHARD_LABEL.into(), shard.into());
     }
     ObjectMeta {
@@ -138,14 +139,15 @@ impl<K: serde::Serialize> Desired<K> {
     }
 }
 
-/// The Deployment a MyApp asks for. `replicas` is set only when the spec sets it, so that an
-/// autoscaler or `kubectl scale` owns the count otherwise.
-pub fn deployment(app: &impl MyAppLike) -> Deployment {
-    desired_deployment(app).into_object()
+/// The Deployment a MyApp asks for, labelled for `shard` (the one reconciling it, when
+/// sharding is on). `replicas` is set only when the spec sets it, so that an autoscaler or
+/// `kubectl scale` owns the count otherwise.
+pub fn deployment(app: &impl MyAppLike, shard: Option<&str>) -> Deployment {
+    desired_deployment(app, shard).into_object()
 }
 
 /// [`deployment`] with its JSON form.
-pub fn desired_deployment(app: &impl MyAppLike) -> Desired<Deployment> {
+pub fn desired_deployment(app: &impl MyAppLike, shard: Option<&str>) -> Desired<Deployment> {
     let spec = app.spec();
     let env: Vec<EnvVar> = spec
         .env
@@ -170,7 +172,7 @@ pub fn desired_deployment(app: &impl MyAppLike) -> Desired<Deployment> {
         env: (!env.is_empty()).then_some(env),
         ..Container::default()
     };
-    let mut metadata = child_meta(app);
+    let mut metadata = child_meta(app, shard);
     let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
     if spec.replicas.is_some() {
         annotations.insert(REPLICAS_ANNOTATION.into(), "true".into());
@@ -202,15 +204,16 @@ pub fn desired_deployment(app: &impl MyAppLike) -> Desired<Deployment> {
     })
 }
 
-/// The ClusterIP Service a MyApp asks for: the app's port, to the container's named port.
-pub fn service(app: &impl MyAppLike) -> Service {
-    desired_service(app).into_object()
+/// The ClusterIP Service a MyApp asks for: the app's port, to the container's named port;
+/// labelled for `shard` as [`deployment`] is.
+pub fn service(app: &impl MyAppLike, shard: Option<&str>) -> Service {
+    desired_service(app, shard).into_object()
 }
 
 /// [`service`] with its JSON form.
-pub fn desired_service(app: &impl MyAppLike) -> Desired<Service> {
+pub fn desired_service(app: &impl MyAppLike, shard: Option<&str>) -> Desired<Service> {
     with_digest(Service {
-        metadata: child_meta(app),
+        metadata: child_meta(app, shard),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_labels(app)),
@@ -356,7 +359,7 @@ mod tests {
 
     #[test]
     fn deployment_is_owned_by_its_myapp_and_runs_its_spec() {
-        let d = deployment(&with_env(app(), &[("LOG_LEVEL", "info")]));
+        let d = deployment(&with_env(app(), &[("LOG_LEVEL", "info")]), None);
         let v = serde_json::to_value(&d).unwrap();
         assert_eq!(v["metadata"]["name"], "web");
         assert_eq!(v["metadata"]["namespace"], "shop");
@@ -381,9 +384,42 @@ mod tests {
     }
 
     #[test]
+    fn children_carry_the_shard_they_are_built_for_and_their_pods_do_not() {
+        let app = app();
+        for (name, child, template) in [
+            {
+                let v = desired_deployment(&app, Some("pod-1")).json().clone();
+                (
+                    "deployment",
+                    v["metadata"].clone(),
+                    Some(v["spec"]["template"].clone()),
+                )
+            },
+            (
+                "service",
+                desired_service(&app, Some("pod-1")).json()["metadata"].clone(),
+                None,
+            ),
+        ] {
+            assert_eq!(child["labels"][SHARD_LABEL], "pod-1", "{name}");
+            if let Some(template) = template {
+                assert_eq!(template["metadata"]["labels"].get(SHARD_LABEL), None);
+            }
+        }
+        // Unsharded, and whatever labels the MyApp carries (a shard's, left from before).
+        let labelled = app.clone().label(SHARD_LABEL, "pod-gone");
+        let unsharded = desired_deployment(&labelled, None);
+        assert_eq!(
+            unsharded.json()["metadata"]["labels"].get(SHARD_LABEL),
+            None
+        );
+        assert_eq!(unsharded.digest(), desired_deployment(&app, None).digest());
+    }
+
+    #[test]
     fn an_empty_env_value_is_applied_as_the_api_server_stores_it() {
         let app = with_env(app(), &[("EMPTY", ""), ("SET", "1")]);
-        let desired = desired_deployment(&app);
+        let desired = desired_deployment(&app, None);
         let c = &desired.json()["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(
             c["env"],
@@ -401,18 +437,18 @@ mod tests {
     fn deployment_leaves_replicas_to_others_when_the_spec_does() {
         let mut a = app();
         a.spec.replicas = None;
-        let v = serde_json::to_value(deployment(&a)).unwrap();
+        let v = serde_json::to_value(deployment(&a, None)).unwrap();
         assert!(v["spec"].get("replicas").is_none(), "{v}");
     }
 
     #[test]
     fn selector_depends_only_on_the_name() {
-        let before = deployment(&app());
+        let before = deployment(&app(), None);
         let mut changed = with_env(app(), &[("A", "1")]);
         changed.spec.image = "nginx:2".into();
         changed.spec.port = 9000;
         changed.spec.replicas = None;
-        let after = deployment(&changed);
+        let after = deployment(&changed, None);
         assert_eq!(before.spec.unwrap().selector, after.spec.unwrap().selector);
         assert_eq!(
             selector_string(&app()),
@@ -422,7 +458,7 @@ mod tests {
 
     #[test]
     fn service_exposes_the_port_to_the_named_container_port() {
-        let v = serde_json::to_value(service(&app())).unwrap();
+        let v = serde_json::to_value(service(&app(), None)).unwrap();
         assert_eq!(v["spec"]["type"], "ClusterIP");
         assert_eq!(
             v["spec"]["selector"],
@@ -450,16 +486,16 @@ mod tests {
             object
         };
         for app in [app(), with_env(app(), &[("A", "1"), ("B", "")]), unscaled] {
-            let desired = desired_deployment(&app);
+            let desired = desired_deployment(&app, None);
             let json = serde_json::to_value(desired.object()).unwrap();
             assert_eq!(*desired.json(), compared(json), "{:?}", app.spec);
             assert!(desired.is_applied_to(&as_observed(desired.object())));
-            let desired = desired_service(&app);
+            let desired = desired_service(&app, None);
             let json = serde_json::to_value(desired.object()).unwrap();
             assert_eq!(*desired.json(), compared(json), "{:?}", app.spec);
         }
-        let other = desired_deployment(&with_env(app(), &[("A", "2")]));
-        assert!(!other.is_applied_to(&as_observed(&deployment(&app()))));
+        let other = desired_deployment(&with_env(app(), &[("A", "2")]), None);
+        assert!(!other.is_applied_to(&as_observed(&deployment(&app(), None))));
     }
 
     proptest::proptest! {
@@ -485,10 +521,10 @@ mod tests {
             let pairs: Vec<(&str, &str)> =
                 env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
             let app = with_env(app, &pairs);
-            let deployment = serde_json::to_string(desired_deployment(&app).object()).unwrap();
+            let deployment = serde_json::to_string(desired_deployment(&app, None).object()).unwrap();
             let sorted = serde_json::from_str::<Value>(&deployment).unwrap().to_string();
             proptest::prop_assert_eq!(deployment, sorted);
-            let service = serde_json::to_string(desired_service(&app).object()).unwrap();
+            let service = serde_json::to_string(desired_service(&app, None).object()).unwrap();
             let sorted = serde_json::from_str::<Value>(&service).unwrap().to_string();
             proptest::prop_assert_eq!(service, sorted);
         }
@@ -509,13 +545,16 @@ mod tests {
         let stamped = |meta: &ObjectMeta| {
             meta.annotations.as_ref().unwrap()[APPLIED_DIGEST_ANNOTATION].clone()
         };
-        assert_eq!(stamped(&deployment(&app).metadata), "80f5556e6a9d0c4b");
-        assert_eq!(stamped(&service(&app).metadata), "d6653cf8623dea19");
+        assert_eq!(
+            stamped(&deployment(&app, None).metadata),
+            "80f5556e6a9d0c4b"
+        );
+        assert_eq!(stamped(&service(&app, None).metadata), "d6653cf8623dea19");
     }
 
     #[test]
     fn an_observed_child_with_server_defaults_counts_as_applied() {
-        let desired = desired_deployment(&with_env(app(), &[("A", "1")]));
+        let desired = desired_deployment(&with_env(app(), &[("A", "1")]), None);
         assert!(desired.is_applied_to(&as_observed(desired.object())));
     }
 
@@ -523,7 +562,7 @@ mod tests {
     fn cached_children_still_count_as_applied_and_keep_what_status_reads() {
         let mut app = with_env(app(), &[("A", "1")]);
         app.spec.replicas = Some(3);
-        let desired = desired_deployment(&app);
+        let desired = desired_deployment(&app, None);
         let mut observed = serde_json::to_value(as_observed(desired.object())).unwrap();
         observed["status"] = json!({
             "observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3,
@@ -567,7 +606,7 @@ mod tests {
         observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
         assert!(!desired.is_applied_to(&cached::<_, CachedDeployment>(&observed)));
 
-        let desired = desired_service(&app);
+        let desired = desired_service(&app, None);
         let mut observed = serde_json::to_value(desired.object()).unwrap();
         observed["spec"]["clusterIP"] = json!("10.96.0.12");
         observed["spec"]["clusterIPs"] = json!(["10.96.0.12"]);
@@ -585,7 +624,7 @@ mod tests {
 
     #[test]
     fn another_managers_extra_env_entry_does_not_cause_a_write() {
-        let desired = desired_deployment(&with_env(app(), &[("A", "1")]));
+        let desired = desired_deployment(&with_env(app(), &[("A", "1")]), None);
         let mut observed = serde_json::to_value(as_observed(desired.object())).unwrap();
         observed["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array_mut()
@@ -598,7 +637,7 @@ mod tests {
 
     #[test]
     fn a_changed_or_drifted_field_needs_an_apply() {
-        let desired = desired_deployment(&app());
+        let desired = desired_deployment(&app(), None);
         let mut observed = serde_json::to_value(as_observed(desired.object())).unwrap();
         observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("edited/by:hand");
         assert!(
@@ -608,12 +647,15 @@ mod tests {
 
     #[test]
     fn a_field_removed_from_the_spec_needs_an_apply() {
-        let before = deployment(&with_env(app(), &[("A", "1"), ("B", "2")]));
-        let after = desired_deployment(&with_env(app(), &[("A", "1")]));
+        let before = deployment(&with_env(app(), &[("A", "1"), ("B", "2")]), None);
+        let after = desired_deployment(&with_env(app(), &[("A", "1")]), None);
         // Without the digest, `after` would be contained in what `before` left behind.
         assert!(!after.is_applied_to(&as_observed(&before)));
         let mut unscaled = app();
         unscaled.spec.replicas = None;
-        assert!(!desired_deployment(&unscaled).is_applied_to(&as_observed(&deployment(&app()))));
+        assert!(
+            !desired_deployment(&unscaled, None)
+                .is_applied_to(&as_observed(&deployment(&app(), None)))
+        );
     }
 }

@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn rollout_reads_a_failed_deployment() {
-        let mut d = deployment(&app());
+        let mut d = deployment(&app(), None);
         d.metadata.generation = Some(5);
         d.status = Some(DeploymentStatus {
             observed_generation: Some(5),

@@ -268,7 +268,7 @@ struct Seen<'a> {
 
 impl<'a> Seen<'a> {
     fn gather(
-        ctx: &Context,
+        ctx: &'a Context,
         app: &CachedMyApp,
         key: &ObjectRef<CachedMyApp>,
         versions: Versions,
@@ -295,6 +295,7 @@ impl<'a> Seen<'a> {
             service: Precondition::of(service_version, unseen_service.as_ref()),
             status: Precondition::of(app_version.as_deref(), unseen_status.as_ref()),
             observed: Observed {
+                shard: ctx.config.shard.as_deref(),
                 deployment,
                 service,
                 unseen_deployment: unseen_deployment.map(|(digest, _)| digest),

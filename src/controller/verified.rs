@@ -288,8 +288,8 @@ mod tests {
         };
         use k8s_openapi::api::apps::v1::DeploymentStatus;
         let app = MyApp::test("web").in_namespace("shop").stored();
-        let desired = resources::desired_deployment(&app);
-        let service = resources::desired_service(&app);
+        let desired = resources::desired_deployment(&app, None);
+        let service = resources::desired_service(&app, None);
         for json in [desired.json(), service.json()] {
             let top: Vec<_> = json.as_object().unwrap().keys().collect();
             assert_eq!(top, ["metadata", "spec"], "an apply sets nothing else");

@@ -322,7 +322,8 @@ mod tests {
     fn only_the_watch_event_of_our_own_apply_triggers_nothing() {
         let app = MyApp::test("web").in_namespace("shop").stored();
         let at = |version: &str| {
-            let mut child: CachedDeployment = cache::cached(&crate::resources::deployment(&app));
+            let mut child: CachedDeployment =
+                cache::cached(&crate::resources::deployment(&app, None));
             child.metadata.resource_version = Some(version.into());
             child
         };
