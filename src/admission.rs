@@ -446,8 +446,8 @@ impl Serialize for ShardLabel {
 
 impl<'de> Deserialize<'de> for ShardLabel {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let labels = crate::cache::ShardLabels::deserialize(deserializer)?;
-        Ok(Self(labels.shard.map(String::from)))
+        let labels = crate::cache::ShardLabels::<String>::deserialize(deserializer)?;
+        Ok(Self(labels.shard))
     }
 }
 

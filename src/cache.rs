@@ -420,7 +420,7 @@ impl<'de> Deserialize<'de> for CachedMyApp {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Wire {
-            metadata: WireMeta<ShardLabels>,
+            metadata: WireMeta<ShardLabels<serde::de::IgnoredAny>>,
             spec: MyAppSpec,
             #[serde(default)]
             status: Option<MyAppStatus>,
@@ -438,17 +438,26 @@ impl<'de> Deserialize<'de> for CachedMyApp {
 }
 
 /// What the MyApp cache and the mutating route read of a MyApp's labels: those that say which
-/// shard reconciles it. The others are skipped as they are read, their keys compared without
-/// being copied.
-#[derive(Default)]
-pub(crate) struct ShardLabels {
+/// shard reconciles it, the shard label's value read as an `S` (the cache, which needs only
+/// the drain label, skips it with `IgnoredAny`). The others are skipped as they are read, their
+/// keys compared without being copied.
+pub(crate) struct ShardLabels<S> {
     /// The shard label's value.
-    pub(crate) shard: Option<Box<str>>,
+    pub(crate) shard: Option<S>,
     /// Whether the drain label is set.
     pub(crate) draining: bool,
 }
 
-impl<'de> Deserialize<'de> for ShardLabels {
+impl<S> Default for ShardLabels<S> {
+    fn default() -> Self {
+        Self {
+            shard: None,
+            draining: false,
+        }
+    }
+}
+
+impl<'de, S: Deserialize<'de>> Deserialize<'de> for ShardLabels<S> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Key(Option<&'static str>);
         impl<'de> Deserialize<'de> for Key {
@@ -468,20 +477,20 @@ impl<'de> Deserialize<'de> for ShardLabels {
                 deserializer.deserialize_str(Kept)
             }
         }
-        struct Pairs;
-        impl<'de> serde::de::Visitor<'de> for Pairs {
-            type Value = ShardLabels;
+        struct Pairs<S>(std::marker::PhantomData<S>);
+        impl<'de, S: Deserialize<'de>> serde::de::Visitor<'de> for Pairs<S> {
+            type Value = ShardLabels<S>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a map of strings to strings")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> Result<ShardLabels, A::Error> {
+            ) -> Result<ShardLabels<S>, A::Error> {
                 let mut kept = ShardLabels::default();
                 while let Some(Key(key)) = map.next_key()? {
                     match key {
-                        Some(SHARD_LABEL) => kept.shard = Some(map.next_value::<String>()?.into()),
+                        Some(SHARD_LABEL) => kept.shard = Some(map.next_value::<S>()?),
                         Some(_) => {
                             map.next_value::<serde::de::IgnoredAny>()?;
                             kept.draining = true;
@@ -494,7 +503,7 @@ impl<'de> Deserialize<'de> for ShardLabels {
                 Ok(kept)
             }
         }
-        deserializer.deserialize_map(Pairs)
+        deserializer.deserialize_map(Pairs(std::marker::PhantomData))
     }
 }
 
